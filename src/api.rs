@@ -1,0 +1,188 @@
+//! The `VolumeMigration` custom resource (`volmig.io/v1alpha1`, cluster-scoped), DESIGN.md §2.
+//!
+//! One object per distinct canonical volume path; its status is the published
+//! vmdk → CNS volume-ID mapping.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Finalizer that guards unregistration (DESIGN.md §5).
+pub const FINALIZER: &str = "volmig.io/registration";
+
+/// Field manager of every write volmig makes.
+pub const FIELD_MANAGER: &str = "volmig";
+
+/// Desired state: which vmdk this object tracks.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "volmig.io",
+    version = "v1alpha1",
+    kind = "VolumeMigration",
+    plural = "volumemigrations",
+    singular = "volumemigration",
+    shortname = "vmig",
+    doc = "A vmdk tracked by volmig: its CNS registration and the PersistentVolumes that use it.",
+    status = "VolumeMigrationStatus",
+    printcolumn(name = "Path", type_ = "string", json_path = ".spec.volumePath"),
+    printcolumn(name = "Volume-ID", type_ = "string", json_path = ".status.volumeID"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "PV", type_ = "string", json_path = ".status.persistentVolumes[*]"),
+    printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMigrationSpec {
+    /// The in-tree vSphere volume path, canonical form `[datastore] folder/file.vmdk`.
+    /// Set at creation and immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("volumePath is immutable"))]
+    pub volume_path: String,
+
+    /// Optional storage policy name to record on the CNS registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_policy_name: Option<String>,
+}
+
+/// Where a VolumeMigration stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    /// Seen, not yet registered.
+    Pending,
+    /// Write-ahead: a CNS create may be in flight.
+    Registering,
+    /// Registered; `volumeID` holds the CNS volume ID.
+    Registered,
+    /// The last attempt failed; see `lastError` and `nextRetryTime`.
+    Failed,
+    /// The CNS registration is being removed (the vmdk stays).
+    Unregistering,
+}
+
+impl Phase {
+    /// The name as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Registering => "Registering",
+            Phase::Registered => "Registered",
+            Phase::Failed => "Failed",
+            Phase::Unregistering => "Unregistering",
+        }
+    }
+}
+
+/// The last error seen while registering or unregistering.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    /// Machine-readable reason, e.g. `DiskNotFound`, `InvalidPath`, `BackendError`.
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// When it happened.
+    pub time: Time,
+}
+
+/// Observed state: the published mapping and how it got there.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMigrationStatus {
+    /// Pending, Registering, Registered, Failed or Unregistering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The CNS volume ID of this vmdk, once registered.
+    #[serde(default, rename = "volumeID", skip_serializing_if = "Option::is_none")]
+    pub volume_id: Option<String>,
+    /// The virtual disk UUID reported by vCenter.
+    #[serde(default, rename = "diskUUID", skip_serializing_if = "Option::is_none")]
+    pub disk_uuid: Option<String>,
+    /// Names of the PersistentVolumes that reference this vmdk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volumes: Option<Vec<String>>,
+    /// Registration attempts made by the current (or last) registration run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// The last error, cleared on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<LastError>,
+    /// Earliest time of the next automatic retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_time: Option<Time>,
+    /// When the registration was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_time: Option<Time>,
+    /// Other CNS volume IDs found for the same disk (duplicates made outside volmig).
+    #[serde(default, rename = "duplicateVolumeIDs", skip_serializing_if = "Option::is_none")]
+    pub duplicate_volume_ids: Option<Vec<String>>,
+    /// The metadata.generation this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: `Registered` and `Ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// The CRD as YAML, exactly what `volmig crd` prints and `crds/volumemigrations.yaml` holds.
+pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(&VolumeMigration::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_has_the_contract_shape() {
+        let crd = serde_json::to_value(VolumeMigration::crd()).unwrap();
+        let spec = &crd["spec"];
+        assert_eq!(spec["group"], "volmig.io");
+        assert_eq!(spec["scope"], "Cluster");
+        assert_eq!(spec["names"]["shortNames"][0], "vmig");
+        let version = &spec["versions"][0];
+        assert_eq!(version["name"], "v1alpha1");
+        assert!(version["subresources"]["status"].is_object());
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, ["Path", "Volume-ID", "Phase", "PV", "Attempts", "Age"]);
+        let spec_schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec_schema["required"][0], "volumePath");
+        let rule = &spec_schema["properties"]["volumePath"]["x-kubernetes-validations"][0];
+        assert_eq!(rule["rule"], "self == oldSelf");
+        let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+        for field in [
+            "phase",
+            "volumeID",
+            "diskUUID",
+            "persistentVolumes",
+            "attempts",
+            "lastError",
+            "nextRetryTime",
+            "registeredTime",
+            "duplicateVolumeIDs",
+            "observedGeneration",
+            "conditions",
+        ] {
+            assert!(status[field].is_object(), "status.{field} missing from schema");
+            assert!(
+                status[field]["description"].is_string(),
+                "status.{field} has no description for kubectl explain"
+            );
+        }
+    }
+
+    #[test]
+    fn status_serializes_the_documented_field_names() {
+        let status = VolumeMigrationStatus {
+            phase: Some(Phase::Registered),
+            volume_id: Some("id-1".into()),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json, serde_json::json!({"phase": "Registered", "volumeID": "id-1"}));
+    }
+}

@@ -1,0 +1,1 @@
+//! The vSphere CNS backend (SOAP over HTTPS).

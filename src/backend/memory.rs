@@ -1,0 +1,280 @@
+//! An in-memory backend that behaves like vCenter where it matters: every create returns a
+//! new ID, even for a vmdk already registered or being registered. It can add latency,
+//! fail calls, or fail *after* creating, and counts calls per operation.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Result, VolumeBackend, VolumeId,
+    VolumePage, op,
+};
+use crate::volume_path::VolumePath;
+
+/// Page size of [`InMemoryBackend::list_volumes`].
+pub const PAGE_SIZE: usize = 500;
+
+/// A scripted failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The call fails with this class and does nothing.
+    Fail(ErrorClass),
+    /// Create only: the volume is created, but the caller sees a transient error.
+    FailAfterCreate,
+}
+
+#[derive(Default)]
+struct State {
+    disks: HashMap<VolumePath, String>,
+    volumes: BTreeMap<VolumeId, CnsVolume>,
+    next_id: u64,
+    calls: HashMap<&'static str, u64>,
+    in_flight: HashMap<&'static str, u64>,
+    max_in_flight: HashMap<&'static str, u64>,
+    faults: HashMap<&'static str, Vec<Fault>>,
+    latency: HashMap<&'static str, Duration>,
+    clock: i64,
+}
+
+/// In-memory stand-in for vCenter + CNS. Safe to share between tasks.
+#[derive(Default)]
+pub struct InMemoryBackend {
+    state: Mutex<State>,
+}
+
+/// Decrements the in-flight count of an operation when the call ends or is cancelled.
+struct InFlight<'a> {
+    backend: &'a InMemoryBackend,
+    op: &'static str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.backend.lock().in_flight.get_mut(self.op) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+impl InMemoryBackend {
+    /// An empty vCenter: no disks, no volumes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Creates a vmdk (so `disk_uuid` finds it).
+    pub fn add_disk(&self, path: &VolumePath) {
+        let mut s = self.lock();
+        let uuid = format!("6000c29{:025x}", s.disks.len() + 1);
+        s.disks.insert(path.clone(), uuid);
+    }
+
+    /// Deletes a vmdk file (its CNS volumes stay, as in vCenter).
+    pub fn remove_disk(&self, path: &VolumePath) {
+        self.lock().disks.remove(path);
+    }
+
+    /// Adds latency to every call of `operation` (see [`op`]).
+    pub fn set_latency(&self, operation: &'static str, latency: Duration) {
+        self.lock().latency.insert(operation, latency);
+    }
+
+    /// The next `n` calls of `operation` hit `fault`.
+    pub fn inject(&self, operation: &'static str, fault: Fault, n: usize) {
+        let mut s = self.lock();
+        let queue = s.faults.entry(operation).or_default();
+        queue.extend(std::iter::repeat_n(fault, n));
+    }
+
+    /// Calls made so far of `operation`.
+    pub fn calls(&self, operation: &str) -> u64 {
+        self.lock().calls.get(operation).copied().unwrap_or(0)
+    }
+
+    /// Most calls of `operation` that were in flight at once.
+    pub fn max_in_flight(&self, operation: &str) -> u64 {
+        self.lock().max_in_flight.get(operation).copied().unwrap_or(0)
+    }
+
+    /// Every registered volume.
+    pub fn volumes(&self) -> Vec<CnsVolume> {
+        self.lock().volumes.values().cloned().collect()
+    }
+
+    /// Registered volumes whose backing disk is `path`.
+    pub fn volumes_for(&self, path: &VolumePath) -> Vec<CnsVolume> {
+        self.lock()
+            .volumes
+            .values()
+            .filter(|v| v.backing_path.as_ref() == Some(path))
+            .cloned()
+            .collect()
+    }
+
+    /// Removes a registration behind the registrar's back (vCenter "forgets").
+    pub fn forget_volume(&self, id: &VolumeId) {
+        self.lock().volumes.remove(id);
+    }
+
+    /// Paths that have two or more registrations.
+    pub fn duplicated_paths(&self) -> Vec<VolumePath> {
+        let s = self.lock();
+        let mut seen = HashSet::new();
+        let mut dup = BTreeMap::new();
+        for v in s.volumes.values() {
+            if let Some(p) = &v.backing_path
+                && !seen.insert(p.clone())
+            {
+                dup.insert(p.clone(), ());
+            }
+        }
+        dup.into_keys().collect()
+    }
+
+    /// Counts the call, applies latency and returns a scripted fault if one is due.
+    async fn enter(&self, operation: &'static str) -> (InFlight<'_>, Option<Fault>) {
+        let (latency, fault) = {
+            let mut s = self.lock();
+            *s.calls.entry(operation).or_default() += 1;
+            let now = {
+                let n = s.in_flight.entry(operation).or_default();
+                *n += 1;
+                *n
+            };
+            let max = s.max_in_flight.entry(operation).or_default();
+            *max = (*max).max(now);
+            let fault = s.faults.get_mut(operation).and_then(|q| {
+                if q.is_empty() {
+                    None
+                } else {
+                    Some(q.remove(0))
+                }
+            });
+            (s.latency.get(operation).copied(), fault)
+        };
+        let guard = InFlight {
+            backend: self,
+            op: operation,
+        };
+        if let Some(latency) = latency {
+            tokio::time::sleep(latency).await;
+        }
+        (guard, fault)
+    }
+}
+
+fn injected(class: ErrorClass, operation: &'static str) -> BackendError {
+    BackendError::new(class, operation, "InjectedFault", "injected by the test")
+}
+
+#[async_trait]
+impl VolumeBackend for InMemoryBackend {
+    async fn disk_uuid(&self, path: &VolumePath) -> Result<String> {
+        let (_g, fault) = self.enter(op::DISK_UUID).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::DISK_UUID));
+        }
+        self.lock().disks.get(path).cloned().ok_or_else(|| {
+            BackendError::new(
+                ErrorClass::NotFound,
+                op::DISK_UUID,
+                "FileNotFound",
+                format!("File {path} was not found"),
+            )
+        })
+    }
+
+    async fn find_volumes(&self, name: &str, path: &VolumePath) -> Result<Vec<CnsVolume>> {
+        let (_g, fault) = self.enter(op::FIND).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::FIND));
+        }
+        Ok(self
+            .lock()
+            .volumes
+            .values()
+            .filter(|v| v.name == name || v.backing_path.as_ref() == Some(path))
+            .cloned()
+            .collect())
+    }
+
+    async fn create_volume(&self, request: &CreateVolumeRequest) -> Result<VolumeId> {
+        let (_g, fault) = self.enter(op::CREATE).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::CREATE));
+        }
+        let id = {
+            let mut s = self.lock();
+            if !s.disks.contains_key(&request.path) {
+                return Err(BackendError::new(
+                    ErrorClass::NotFound,
+                    op::CREATE,
+                    "FileNotFound",
+                    format!("File {} was not found", request.path),
+                ));
+            }
+            s.next_id += 1;
+            s.clock += 1;
+            let id = VolumeId(format!("mem-{:08}", s.next_id));
+            let volume = CnsVolume {
+                id: id.clone(),
+                name: request.name.clone(),
+                backing_path: Some(request.path.clone()),
+                created: jiff::Timestamp::from_second(1_700_000_000 + s.clock).ok(),
+            };
+            s.volumes.insert(id.clone(), volume);
+            id
+        };
+        if fault == Some(Fault::FailAfterCreate) {
+            return Err(BackendError::new(
+                ErrorClass::Transient,
+                op::CREATE,
+                "ConnectionReset",
+                "the connection closed before the response arrived",
+            ));
+        }
+        Ok(id)
+    }
+
+    async fn delete_volume(&self, id: &VolumeId) -> Result<()> {
+        let (_g, fault) = self.enter(op::DELETE).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::DELETE));
+        }
+        match self.lock().volumes.remove(id) {
+            Some(_) => Ok(()),
+            None => Err(BackendError::new(
+                ErrorClass::NotFound,
+                op::DELETE,
+                "CnsFault",
+                format!("volume {id} not found"),
+            )),
+        }
+    }
+
+    async fn list_volumes(&self, cursor: Option<String>) -> Result<VolumePage> {
+        let (_g, fault) = self.enter(op::LIST).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::LIST));
+        }
+        let s = self.lock();
+        let start = cursor.map_or(std::ops::Bound::Unbounded, |c| {
+            std::ops::Bound::Included(VolumeId(c))
+        });
+        let mut iter = s
+            .volumes
+            .range((start, std::ops::Bound::Unbounded))
+            .map(|(_, v)| v.clone())
+            .take(PAGE_SIZE + 1);
+        let volumes: Vec<CnsVolume> = iter.by_ref().take(PAGE_SIZE).collect();
+        let next = iter.next().map(|v| v.id.0);
+        Ok(VolumePage { volumes, next })
+    }
+}

@@ -1,0 +1,14 @@
+//! volmig registers every in-tree vSphere vmdk as a CNS volume exactly once and publishes
+//! the vmdk → volume-ID mapping in the status of a `VolumeMigration` custom resource.
+//!
+//! The crate is organised by concept: [`volume_path`] (the in-tree path and the names
+//! derived from it), [`api`] (the custom resource), [`backend`] (vCenter behind one trait),
+//! and [`registrar`] (the one place that registers).
+
+pub mod api;
+pub mod cli;
+pub mod backend;
+pub mod registrar;
+pub mod volume_path;
+
+pub use volume_path::{PathError, VolumePath};

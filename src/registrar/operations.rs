@@ -1,0 +1,221 @@
+//! `register` and `unregister`: the two operations that change CNS.
+
+use std::collections::BTreeSet;
+
+use tracing::{info, warn};
+
+use super::{
+    RegisterError, Registrar, Registration, StatusUpdate, choose_adoptee, create_request,
+};
+use crate::api::Phase;
+use crate::backend::{ErrorClass, VolumeId};
+use crate::volume_path::VolumePath;
+
+impl Registrar {
+    /// Registers `path` once: returns the stored ID, adopts an existing CNS volume, or
+    /// creates one. Concurrent calls for one path end with the same ID and one volume.
+    pub async fn register(&self, path: &VolumePath) -> Result<Registration, RegisterError> {
+        let _key = self.locks.lock(path).await;
+
+        // An ID from an earlier call whose status write failed is stored before anything else.
+        let pending = self.unsaved_map().get(path).cloned();
+        let state = self.load(path).await?;
+        if let Some(volume_id) = pending {
+            let attempts = state.as_ref().map_or(1, |s| s.attempts.max(1));
+            self.store_id(path, volume_id.clone(), None, true, attempts)
+                .await?;
+            return Ok(Registration {
+                volume_id,
+                adopted: true,
+            });
+        }
+        if let Some(state) = &state
+            && state.phase == Some(Phase::Registered)
+            && let Some(volume_id) = &state.volume_id
+        {
+            return Ok(Registration {
+                volume_id: volume_id.clone(),
+                adopted: true,
+            });
+        }
+
+        let attempts = state.map_or(0, |s| s.attempts) + 1;
+        match self.register_locked(path, attempts).await {
+            Ok(registration) => Ok(registration),
+            Err(error) => {
+                self.record_failure(path, &error, attempts).await;
+                Err(error)
+            }
+        }
+    }
+
+    async fn register_locked(
+        &self,
+        path: &VolumePath,
+        attempts: u32,
+    ) -> Result<Registration, RegisterError> {
+        let disk_uuid = match self.call(path, || self.backend.disk_uuid(path)).await {
+            Ok(uuid) => uuid,
+            Err(RegisterError::Backend { source, .. }) if source.class == ErrorClass::NotFound => {
+                return Err(RegisterError::DiskNotFound {
+                    path: path.clone(),
+                    message: source.message,
+                });
+            }
+            Err(other) => return Err(other),
+        };
+
+        let request = create_request(&self.config, path);
+        let mut wrote_ahead = false;
+        let mut create_attempt = 0;
+        loop {
+            create_attempt += 1;
+            // Adopt before create: a create that succeeded on the server but not for us
+            // (crash, cancellation, lost response) is found here by its name.
+            let existing = self
+                .call(path, || self.backend.find_volumes(&request.name, path))
+                .await?;
+            if let Some(volume) = choose_adoptee(&existing, &request.name) {
+                let volume_id = volume.id.clone();
+                self.store_id(path, volume_id.clone(), Some(disk_uuid), true, attempts)
+                    .await?;
+                return Ok(Registration {
+                    volume_id,
+                    adopted: true,
+                });
+            }
+
+            if !wrote_ahead {
+                self.save(path, StatusUpdate::Registering { attempts })
+                    .await?;
+                wrote_ahead = true;
+            }
+
+            let permit = self
+                .gate
+                .enter()
+                .await
+                .map_err(|source| RegisterError::NotLeader {
+                    path: path.clone(),
+                    source,
+                })?;
+            let created = self.backend.create_volume(&request).await;
+            drop(permit);
+            match created {
+                Ok(volume_id) => {
+                    self.store_id(path, volume_id.clone(), Some(disk_uuid), false, attempts)
+                        .await?;
+                    return Ok(Registration {
+                        volume_id,
+                        adopted: false,
+                    });
+                }
+                // Never retry a create blindly: loop back to the adoption check first.
+                Err(e)
+                    if e.class.is_retryable()
+                        && create_attempt < self.config.retry.attempts_per_call =>
+                {
+                    let delay = self.config.retry.delay(create_attempt);
+                    warn!(%path, error = %e, ?delay, "create failed, checking for adoption before retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(source) => {
+                    return Err(RegisterError::Backend {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Keeps `volume_id` in memory, stores it, and forgets it only once stored.
+    async fn store_id(
+        &self,
+        path: &VolumePath,
+        volume_id: VolumeId,
+        disk_uuid: Option<String>,
+        adopted: bool,
+        attempts: u32,
+    ) -> Result<(), RegisterError> {
+        self.unsaved_map().insert(path.clone(), volume_id.clone());
+        let update = StatusUpdate::Registered {
+            volume_id: volume_id.clone(),
+            disk_uuid,
+            adopted,
+            attempts,
+        };
+        self.save(path, update).await?;
+        self.unsaved_map().remove(path);
+        Self::log_registered(path, &volume_id, adopted);
+        Ok(())
+    }
+
+    async fn record_failure(&self, path: &VolumePath, error: &RegisterError, attempts: u32) {
+        if matches!(
+            error,
+            RegisterError::NotLeader { .. } | RegisterError::Store { .. }
+        ) {
+            // Not leader: another replica owns the status. Store failing: nothing to write to.
+            return;
+        }
+        let retry_after = error
+            .is_retryable()
+            .then(|| self.config.retry.delay(attempts));
+        let update = StatusUpdate::Failed {
+            reason: error.reason().to_owned(),
+            message: error.to_string(),
+            attempts,
+            retry_after,
+        };
+        if let Err(e) = self.save(path, update).await {
+            warn!(%path, error = %e, "could not record the failure in the status");
+        }
+    }
+
+    /// Removes volmig's CNS registration of `path` (the vmdk stays) and clears the status.
+    /// Unregistering a path that is not registered succeeds.
+    pub async fn unregister(&self, path: &VolumePath) -> Result<(), RegisterError> {
+        let _key = self.locks.lock(path).await;
+        let state = self.load(path).await?;
+        let name = path.cns_volume_name();
+
+        let mut ids: BTreeSet<VolumeId> = BTreeSet::new();
+        ids.extend(state.as_ref().and_then(|s| s.volume_id.clone()));
+        ids.extend(self.unsaved_map().get(path).cloned());
+        let found = self
+            .call(path, || self.backend.find_volumes(&name, path))
+            .await?;
+        ids.extend(found.into_iter().filter(|v| v.name == name).map(|v| v.id));
+
+        if state.is_some() {
+            self.save(path, StatusUpdate::Unregistering).await?;
+        }
+        for id in &ids {
+            match self.call(path, || self.backend.delete_volume(id)).await {
+                Ok(()) => info!(%path, volume_id = %id, "unregistered (disk kept)"),
+                Err(RegisterError::Backend { source, .. })
+                    if source.class == ErrorClass::NotFound => {}
+                Err(other) => return Err(other),
+            }
+        }
+        self.unsaved_map().remove(path);
+        if state.is_some() {
+            self.save(path, StatusUpdate::Unregistered).await?;
+        }
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        path: &VolumePath,
+    ) -> Result<Option<super::StoredState>, RegisterError> {
+        self.store
+            .load(path)
+            .await
+            .map_err(|source| RegisterError::Store {
+                path: path.clone(),
+                source,
+            })
+    }
+}
