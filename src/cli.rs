@@ -1,6 +1,11 @@
-//! The command line of the `volmig` binary (DESIGN.md §3).
+//! The command line of the `volmig` binary (DESIGN.md §3). Every `run` flag also reads an
+//! environment variable `VOLMIG_<FLAG>`.
 
-use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// volmig registers in-tree vSphere vmdks as CNS volumes exactly once.
 #[derive(Debug, Parser)]
@@ -14,6 +19,221 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon: watch PVs, register their vmdks, publish the mapping.
+    Run(Box<RunArgs>),
     /// Print the VolumeMigration CustomResourceDefinition as YAML.
     Crd,
+    /// Print the CNS volume ID of a registered volume path (never registers).
+    /// Exits 3 when the path is not registered yet.
+    Lookup(LookupArgs),
+}
+
+/// Where to find the Kubernetes API.
+#[derive(Debug, Clone, Args)]
+pub struct KubeArgs {
+    /// Path of a kubeconfig file (default: in-cluster config, then KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "VOLMIG_KUBECONFIG", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// What to do when no PV references a registered vmdk any longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnPvDelete {
+    /// Unregister the CNS volume (`deleteDisk=false`: the vmdk stays).
+    Unregister,
+    /// Keep the CNS volume registered.
+    Keep,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `volmig run` (the command-line contract of DESIGN.md §3).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Kubernetes connection.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+
+    /// vCenter SDK URL, e.g. https://vc.example/sdk.
+    #[arg(long, env = "VOLMIG_VC_URL")]
+    pub vc_url: url::Url,
+
+    /// File with `username` and `password` lines (a mounted Secret). Without it,
+    /// VOLMIG_VC_USERNAME and VOLMIG_VC_PASSWORD are read.
+    #[arg(long, env = "VOLMIG_VC_CREDENTIALS_FILE")]
+    pub vc_credentials_file: Option<PathBuf>,
+
+    /// PEM bundle of CAs to trust for vCenter instead of the system roots.
+    #[arg(long, env = "VOLMIG_VC_CA_FILE", conflicts_with = "vc_insecure")]
+    pub vc_ca_file: Option<PathBuf>,
+
+    /// Skip TLS verification of vCenter (explicit opt-in; logged as a warning).
+    #[arg(long, env = "VOLMIG_VC_INSECURE")]
+    pub vc_insecure: bool,
+
+    /// Comma-separated datacenter paths to search for datastores (default: all).
+    #[arg(long, env = "VOLMIG_DATACENTERS", value_delimiter = ',')]
+    pub datacenters: Vec<String>,
+
+    /// CNS container-cluster ID written on registrations.
+    #[arg(long, env = "VOLMIG_CLUSTER_ID")]
+    pub cluster_id: String,
+
+    /// Interval of the full sync, e.g. 10m, 30s.
+    #[arg(long, env = "VOLMIG_FULL_SYNC_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub full_sync_interval: Duration,
+
+    /// Backend calls in flight at most.
+    #[arg(long, env = "VOLMIG_MAX_CONCURRENT_REGISTRATIONS", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_registrations: u16,
+
+    /// Backend calls started per second at most.
+    #[arg(long, env = "VOLMIG_VC_REQUESTS_PER_SECOND", default_value_t = 50.0)]
+    pub vc_requests_per_second: f64,
+
+    /// What to do when no PV references a vmdk any longer.
+    #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
+    pub on_pv_delete: OnPvDelete,
+
+    /// Unregister volmig-named CNS volumes that no VolumeMigration or PV references.
+    #[arg(long, env = "VOLMIG_GC_ORPHANS")]
+    pub gc_orphans: bool,
+
+    /// Use Lease-based leader election (turn off only for a single replica).
+    #[arg(long, env = "VOLMIG_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "VOLMIG_LEASE_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "VOLMIG_LEASE_NAME", default_value = "volmig")]
+    pub lease_name: String,
+
+    /// This replica's identity in the Lease (default: $POD_NAME, else hostname + random suffix).
+    #[arg(long, env = "VOLMIG_LEASE_HOLDER_ID")]
+    pub lease_holder_id: Option<String>,
+
+    /// Lease duration; a follower takes over at most this long after the leader stops renewing.
+    #[arg(long, env = "VOLMIG_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "VOLMIG_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Log format.
+    #[arg(long, env = "VOLMIG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Flags of `volmig lookup`.
+#[derive(Debug, Clone, Args)]
+pub struct LookupArgs {
+    /// Kubernetes connection.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+
+    /// The in-tree volume path, e.g. "[LocalDS_0] kubevols/disk-1.vmdk".
+    pub volume_path: String,
+}
+
+/// Parses durations like `10m`, `30s`, `1h30m`, `250ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("{text:?}: expected a number, e.g. 10m or 30s"));
+        }
+        let value: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(value),
+            "s" => Duration::from_secs(value),
+            "m" => Duration::from_secs(value.saturating_mul(60)),
+            "h" => Duration::from_secs(value.saturating_mul(3600)),
+            other => return Err(format!("{text:?}: unknown unit {other:?} (use ms, s, m or h)")),
+        };
+        total = total.saturating_add(part);
+        rest = &rest[unit_len..];
+    }
+    if total.is_zero() {
+        return Err(format!("{text:?}: must be greater than zero"));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "10", "m", "10x", "0s", "-5s", "1.5m"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn run_defaults_follow_the_contract() {
+        let cli = Cli::try_parse_from([
+            "volmig",
+            "run",
+            "--vc-url",
+            "https://vc.example/sdk",
+            "--cluster-id",
+            "c1",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.full_sync_interval, Duration::from_secs(600));
+        assert_eq!(args.max_concurrent_registrations, 8);
+        assert_eq!(args.on_pv_delete, OnPvDelete::Unregister);
+        assert!(args.leader_election);
+        assert_eq!(args.lease_namespace, "kube-system");
+        assert_eq!(args.lease_name, "volmig");
+        assert_eq!(args.http_addr.to_string(), "0.0.0.0:8080");
+        assert_eq!(args.log_format, LogFormat::Text);
+        assert!(!args.vc_insecure);
+    }
+
+    #[test]
+    fn ca_file_and_insecure_conflict() {
+        let r = Cli::try_parse_from([
+            "volmig",
+            "run",
+            "--vc-url",
+            "https://vc/sdk",
+            "--cluster-id",
+            "c",
+            "--vc-ca-file",
+            "/ca.pem",
+            "--vc-insecure",
+        ]);
+        assert!(r.is_err());
+    }
 }

@@ -18,5 +18,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Run(_) | Command::Lookup(_) => {
+            eprintln!("error: this subcommand is being wired up");
+            ExitCode::from(2)
+        }
     }
 }

@@ -125,9 +125,13 @@ impl VolumePath {
 
         let mut segments = Vec::new();
         for segment in file_part.trim().split('/') {
+            // Blanks at the start of the file path cannot survive the canonical
+            // `] ` separator, so they are dropped here to keep parsing idempotent.
+            let segment = if segments.is_empty() { segment.trim_start() } else { segment };
             match segment {
                 "" | "." => {}
                 ".." => return Err(PathError::ParentSegment { path: owned() }),
+                blank if blank.trim().is_empty() => {}
                 other => segments.push(other),
             }
         }

@@ -37,6 +37,7 @@ struct State {
     faults: HashMap<&'static str, Vec<Fault>>,
     latency: HashMap<&'static str, Duration>,
     clock: i64,
+    max_live_per_path: usize,
 }
 
 /// In-memory stand-in for vCenter + CNS. Safe to share between tasks.
@@ -101,6 +102,12 @@ impl InMemoryBackend {
     /// Most calls of `operation` that were in flight at once.
     pub fn max_in_flight(&self, operation: &str) -> u64 {
         self.lock().max_in_flight.get(operation).copied().unwrap_or(0)
+    }
+
+    /// The most registrations one path ever had at the same time (1 when no duplicate
+    /// was ever created).
+    pub fn max_live_per_path(&self) -> usize {
+        self.lock().max_live_per_path
     }
 
     /// Every registered volume.
@@ -230,6 +237,12 @@ impl VolumeBackend for InMemoryBackend {
                 created: jiff::Timestamp::from_second(1_700_000_000 + s.clock).ok(),
             };
             s.volumes.insert(id.clone(), volume);
+            let live = s
+                .volumes
+                .values()
+                .filter(|v| v.backing_path.as_ref() == Some(&request.path))
+                .count();
+            s.max_live_per_path = s.max_live_per_path.max(live);
             id
         };
         if fault == Some(Fault::FailAfterCreate) {

@@ -14,6 +14,8 @@ pub struct RetryPolicy {
     pub max: Duration,
     /// Attempts made inside one `register`/`unregister` call before giving up to the caller.
     pub attempts_per_call: u32,
+    /// Randomize delays (on in production; off for reproducible tests).
+    pub jitter: bool,
 }
 
 impl Default for RetryPolicy {
@@ -22,6 +24,7 @@ impl Default for RetryPolicy {
             initial: Duration::from_millis(200),
             max: Duration::from_secs(300),
             attempts_per_call: 4,
+            jitter: true,
         }
     }
 }
@@ -40,6 +43,9 @@ impl RetryPolicy {
     /// [`Self::base_delay`], so concurrent retries spread out but never hammer.
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self.base_delay(attempt);
+        if !self.jitter {
+            return base;
+        }
         let half = base / 2;
         let jitter_ms = half.as_millis().min(u128::from(u64::MAX)) as u64;
         half + Duration::from_millis(rand::rng().random_range(0..=jitter_ms))
@@ -56,6 +62,7 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_secs(1),
             attempts_per_call: 3,
+            jitter: true,
         };
         assert_eq!(p.base_delay(1), Duration::from_millis(100));
         assert_eq!(p.base_delay(2), Duration::from_millis(200));

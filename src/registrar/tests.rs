@@ -1,0 +1,404 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::backend::memory::{Fault, InMemoryBackend};
+use crate::backend::op;
+
+fn path(n: usize) -> VolumePath {
+    VolumePath::parse(&format!("[LocalDS_0] kubevols/disk-{n:04}.vmdk")).unwrap()
+}
+
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(100),
+        attempts_per_call: 4,
+        jitter: false,
+    }
+}
+
+struct Fixture {
+    backend: Arc<InMemoryBackend>,
+    store: Arc<InMemoryStatusStore>,
+    registrar: Arc<Registrar>,
+}
+
+fn fixture(config: RegistrarConfig) -> Fixture {
+    let backend = Arc::new(InMemoryBackend::new());
+    let store = Arc::new(InMemoryStatusStore::default());
+    let registrar = Arc::new(Registrar::new(backend.clone(), store.clone(), config));
+    Fixture {
+        backend,
+        store,
+        registrar,
+    }
+}
+
+fn config() -> RegistrarConfig {
+    RegistrarConfig::new("cluster-1")
+        .with_rate_limit(None)
+        .with_retry(quick_retry())
+}
+
+#[tokio::test(start_paused = true)]
+async fn sixty_four_concurrent_registers_make_one_create() {
+    let f = fixture(config());
+    let p = path(1);
+    f.backend.add_disk(&p);
+    f.backend.set_latency(op::CREATE, Duration::from_millis(100));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (r, p) = (f.registrar.clone(), p.clone());
+            tokio::spawn(async move { r.register(&p).await.unwrap().volume_id })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    assert_eq!(f.backend.calls(op::CREATE), 1, "exactly one backend create");
+    assert!(ids.iter().all(|id| *id == ids[0]), "all callers get one ID");
+    assert_eq!(f.store.get(&p).unwrap().volume_id.as_ref(), Some(&ids[0]));
+    assert_eq!(f.registrar.locked_keys(), 0, "keyed-lock table must be empty");
+    println!("64 callers, 1 create, id {}", ids[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_succeeded_but_caller_saw_error_is_adopted() {
+    let f = fixture(config());
+    let p = path(2);
+    f.backend.add_disk(&p);
+    f.backend.inject(op::CREATE, Fault::FailAfterCreate, 1);
+    let reg = f.registrar.register(&p).await.unwrap();
+    assert!(reg.adopted, "the retry must adopt the volume the failed call created");
+    assert_eq!(f.backend.volumes_for(&p).len(), 1);
+    assert_eq!(f.backend.volumes_for(&p)[0].id, reg.volume_id);
+    assert_eq!(f.backend.calls(op::CREATE), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_call_then_later_call_adopts() {
+    let mut retry = quick_retry();
+    retry.attempts_per_call = 1;
+    let f = fixture(config().with_retry(retry));
+    let p = path(3);
+    f.backend.add_disk(&p);
+    f.backend.inject(op::CREATE, Fault::FailAfterCreate, 1);
+    let err = f.registrar.register(&p).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(f.store.get(&p).unwrap().phase, Some(Phase::Failed));
+    let reg = f.registrar.register(&p).await.unwrap();
+    assert!(reg.adopted);
+    assert_eq!(f.backend.volumes_for(&p).len(), 1);
+    assert_eq!(f.backend.calls(op::CREATE), 1);
+    assert_eq!(f.store.get(&p).unwrap().volume_id, Some(reg.volume_id));
+}
+
+/// A store whose `Registered` writes never finish: lets a test drop the registering
+/// future right after the backend create, before the ID is stored.
+struct StallOnRegistered(InMemoryStatusStore);
+
+#[async_trait]
+impl StatusStore for StallOnRegistered {
+    async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, StoreError> {
+        self.0.load(path).await
+    }
+    async fn save(&self, path: &VolumePath, update: StatusUpdate) -> Result<(), StoreError> {
+        if matches!(update, StatusUpdate::Registered { .. }) {
+            std::future::pending::<()>().await;
+        }
+        self.0.save(path, update).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_after_create_next_attempt_adopts() {
+    let backend = Arc::new(InMemoryBackend::new());
+    let p = path(4);
+    backend.add_disk(&p);
+    let stalled = Arc::new(StallOnRegistered(InMemoryStatusStore::default()));
+    let crashed = Registrar::new(backend.clone(), stalled.clone(), config());
+    let attempt = tokio::time::timeout(Duration::from_secs(1), crashed.register(&p)).await;
+    assert!(attempt.is_err(), "the first attempt must have been cancelled");
+    assert_eq!(backend.calls(op::CREATE), 1, "the backend create did happen");
+    assert_eq!(
+        stalled.0.get(&p).unwrap().phase,
+        Some(Phase::Registering),
+        "write-ahead stored before the create"
+    );
+    assert_eq!(crashed.locked_keys(), 0, "cancellation frees the key");
+    drop(crashed);
+
+    // A fresh registrar (a restarted process) over the same store and vCenter.
+    let store = Arc::new(InMemoryStatusStore::default());
+    store
+        .save(&p, StatusUpdate::Registering { attempts: 1 })
+        .await
+        .unwrap();
+    let restarted = Registrar::new(backend.clone(), store.clone(), config());
+    let reg = restarted.register(&p).await.unwrap();
+    assert!(reg.adopted);
+    assert_eq!(backend.calls(op::CREATE), 1, "no second create");
+    assert_eq!(backend.volumes_for(&p).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn id_is_kept_in_memory_until_stored() {
+    let mut retry = quick_retry();
+    retry.attempts_per_call = 2;
+    let f = fixture(config().with_retry(retry));
+    let p = path(5);
+    f.backend.add_disk(&p);
+    // Write-ahead succeeds, then both attempts to store the ID fail.
+    f.store
+        .save(&p, StatusUpdate::Registering { attempts: 0 })
+        .await
+        .unwrap();
+    let backend = f.backend.clone();
+    let store = f.store.clone();
+    let registrar = f.registrar.clone();
+    let p2 = p.clone();
+    let handle = tokio::spawn(async move {
+        // Let the write-ahead through, then fail the two writes of the ID.
+        registrar.register(&p2).await
+    });
+    // The write-ahead is the first save; arm the failures right after the create starts.
+    backend.set_latency(op::CREATE, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    store.fail_next_saves(2);
+    let err = handle.await.unwrap().unwrap_err();
+    assert!(matches!(err, RegisterError::Store { .. }), "{err}");
+    assert_eq!(f.registrar.unsaved_ids(), 1, "the ID must stay in memory");
+    assert_eq!(f.backend.calls(op::CREATE), 1);
+
+    let reg = f.registrar.register(&p).await.unwrap();
+    assert_eq!(f.backend.calls(op::CREATE), 1, "stored from memory, no new create");
+    assert_eq!(f.backend.volumes()[0].id, reg.volume_id);
+    assert_eq!(f.store.get(&p).unwrap().volume_id, Some(reg.volume_id));
+    assert_eq!(f.registrar.unsaved_ids(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_disk_is_not_a_registration() {
+    let f = fixture(config());
+    let p = path(6);
+    let err = f.registrar.register(&p).await.unwrap_err();
+    assert!(matches!(err, RegisterError::DiskNotFound { .. }), "{err}");
+    assert_eq!(err.reason(), "DiskNotFound");
+    assert!(!err.is_retryable());
+    assert_eq!(f.backend.calls(op::CREATE), 0);
+    let history = f.store.history();
+    assert!(matches!(
+        &history.last().unwrap().1,
+        StatusUpdate::Failed { reason, retry_after: None, .. } if reason == "DiskNotFound"
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_path_fails_before_any_backend_call() {
+    let f = fixture(config());
+    let err = f
+        .registrar
+        .register_raw("LocalDS_0/disk.vmdk")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RegisterError::InvalidPath(PathError::MissingDatastore { .. })));
+    assert_eq!(err.reason(), "InvalidPath");
+    for operation in [op::DISK_UUID, op::FIND, op::CREATE, op::DELETE, op::LIST] {
+        assert_eq!(f.backend.calls(operation), 0, "{operation} called");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_are_retried_then_recorded() {
+    let f = fixture(config());
+    let p = path(7);
+    f.backend.add_disk(&p);
+    f.backend.inject(op::DISK_UUID, Fault::Fail(ErrorClass::Transient), 2);
+    f.registrar.register(&p).await.unwrap();
+    assert_eq!(f.backend.calls(op::DISK_UUID), 3);
+
+    let q = path(8);
+    f.backend.add_disk(&q);
+    f.backend.inject(op::FIND, Fault::Fail(ErrorClass::Transient), 4);
+    let err = f.registrar.register(&q).await.unwrap_err();
+    assert_eq!(err.reason(), "BackendUnavailable");
+    assert!(err.is_retryable());
+    let state = f.store.get(&q).unwrap();
+    assert_eq!(state.phase, Some(Phase::Failed));
+    assert!(matches!(
+        &f.store.history().last().unwrap().1,
+        StatusUpdate::Failed { retry_after: Some(_), .. }
+    ));
+
+    let r = path(9);
+    f.backend.add_disk(&r);
+    f.backend.inject(op::FIND, Fault::Fail(ErrorClass::Permanent), 1);
+    let err = f.registrar.register(&r).await.unwrap_err();
+    assert!(!err.is_retryable());
+    assert_eq!(f.backend.calls(op::CREATE), 1, "only path 7 was created");
+}
+
+#[tokio::test(start_paused = true)]
+async fn follower_makes_no_backend_call() {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let f = fixture(config().with_leader(LeaderGate::new(rx)));
+    let p = path(10);
+    f.backend.add_disk(&p);
+    let err = f.registrar.register(&p).await.unwrap_err();
+    assert!(matches!(err, RegisterError::NotLeader { .. }));
+    assert_eq!(f.backend.calls(op::DISK_UUID), 0);
+    assert!(f.store.history().is_empty(), "a follower writes no status");
+    tx.send(true).unwrap();
+    f.registrar.register(&p).await.unwrap();
+    assert_eq!(f.backend.calls(op::CREATE), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_concurrency_limit_holds() {
+    let f = fixture(config().with_max_concurrent(4));
+    f.backend.set_latency(op::CREATE, Duration::from_millis(100));
+    let paths: Vec<_> = (100..150).map(path).collect();
+    for p in &paths {
+        f.backend.add_disk(p);
+    }
+    let tasks: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            let (r, p) = (f.registrar.clone(), p.clone());
+            tokio::spawn(async move { r.register(&p).await.map(|_| ()) })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(f.backend.volumes().len(), 50);
+    assert_eq!(f.backend.max_in_flight(op::CREATE), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unregister_keeps_disk_and_is_idempotent() {
+    let f = fixture(config());
+    let p = path(11);
+    f.backend.add_disk(&p);
+    let reg = f.registrar.register(&p).await.unwrap();
+    assert_eq!(f.registrar.lookup(&p).await.unwrap(), reg.volume_id);
+    f.registrar.unregister(&p).await.unwrap();
+    assert!(f.backend.volumes().is_empty());
+    assert!(f.backend.disk_uuid(&p).await.is_ok(), "the vmdk stays");
+    f.registrar.unregister(&p).await.unwrap();
+    let err = f.registrar.lookup(&p).await.unwrap_err();
+    assert!(err.to_string().contains("not registered yet"), "{err}");
+    assert_eq!(f.backend.calls(op::DELETE), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lookup_never_registers() {
+    let f = fixture(config());
+    let p = path(12);
+    f.backend.add_disk(&p);
+    assert!(matches!(
+        f.registrar.lookup(&p).await,
+        Err(LookupError::NotRegisteredYet { .. })
+    ));
+    assert_eq!(f.backend.calls(op::CREATE) + f.backend.calls(op::DISK_UUID), 0);
+}
+
+#[test]
+fn adoption_prefers_own_name_then_oldest() {
+    let vol = |id: &str, name: &str, t: Option<i64>| CnsVolume {
+        id: VolumeId(id.into()),
+        name: name.into(),
+        backing_path: None,
+        created: t.map(|s| jiff::Timestamp::from_second(s).unwrap()),
+    };
+    let vols = [vol("b", "other", Some(1)), vol("a", "mine", Some(5)), vol("c", "x", None)];
+    assert_eq!(choose_adoptee(&vols, "mine").unwrap().id.0, "a");
+    assert_eq!(choose_adoptee(&vols, "none").unwrap().id.0, "b");
+    assert!(choose_adoptee(&[], "none").is_none());
+}
+
+/// One random schedule of register / unregister / lookup from 16 tasks over 20 paths.
+async fn run_interleaving(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let f = fixture(config().with_max_concurrent(rng.random_range(1..=8)));
+    let paths: Vec<_> = (0..20).map(path).collect();
+    for p in &paths {
+        f.backend.add_disk(p);
+    }
+    f.backend
+        .set_latency(op::CREATE, Duration::from_millis(rng.random_range(0..20)));
+    f.backend
+        .set_latency(op::FIND, Duration::from_millis(rng.random_range(0..5)));
+    f.backend
+        .inject(op::CREATE, Fault::FailAfterCreate, rng.random_range(0..3));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let task_seed = rng.random();
+        let (r, store, paths) = (f.registrar.clone(), f.store.clone(), paths.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(task_seed);
+            for _ in 0..8 {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
+                let p = &paths[rng.random_range(0..paths.len())];
+                match rng.random_range(0..10) {
+                    0..=5 => {
+                        if let Ok(reg) = r.register(p).await {
+                            let stored = store.history().iter().any(|(q, u)| {
+                                q == p && matches!(u, StatusUpdate::Registered { volume_id, .. } if *volume_id == reg.volume_id)
+                            });
+                            assert!(stored, "seed {seed}: {} returned but never stored", reg.volume_id);
+                        }
+                    }
+                    6..=7 => r.unregister(p).await.unwrap(),
+                    _ => {
+                        let _ = r.lookup(p).await;
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        f.backend.max_live_per_path(),
+        1,
+        "seed {seed}: two live volumes for one path"
+    );
+    assert!(f.backend.duplicated_paths().is_empty(), "seed {seed}");
+    assert_eq!(f.registrar.locked_keys(), 0, "seed {seed}: key leaked");
+    assert_eq!(f.registrar.unsaved_ids(), 0, "seed {seed}: ID left unsaved");
+    // The store and CNS agree at the end.
+    for p in &paths {
+        let stored = f.store.get(p).and_then(|s| s.volume_id);
+        let live: Vec<_> = f.backend.volumes_for(p).into_iter().map(|v| v.id).collect();
+        match stored {
+            Some(id) => assert_eq!(live, vec![id], "seed {seed}: {p}"),
+            None => assert!(live.is_empty(), "seed {seed}: {p} has an unrecorded volume"),
+        }
+    }
+}
+
+#[test]
+fn random_interleavings_never_duplicate() {
+    let base: u64 = std::env::var("VOLMIG_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("random interleavings: base seed {base} (set VOLMIG_TEST_SEED={base} to replay)");
+    for i in 0..2000 {
+        let seed = base.wrapping_add(i);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(run_interleaving(seed));
+    }
+}

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmware/govmomi/cns"
+	"github.com/vmware/govmomi/cns/methods"
+	cnssim "github.com/vmware/govmomi/cns/simulator"
+	cnstypes "github.com/vmware/govmomi/cns/types"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// cnsManager wraps govmomi's simulated CnsVolumeManager (which keeps the volumes) and
+// closes the gaps that matter for volmig, in govmomi 0.24.2:
+//   - a static registration (BackingDiskUrlPath, no datastores) creates nothing upstream;
+//     the wrapper resolves dcPath/dsName from the URL and passes the datastore, so every
+//     call creates a new volume with a new ID, as vCenter does for parallel registrations;
+//   - the backing disk must exist (else the volume result carries a CnsFault);
+//   - optional CnsAlreadyRegisteredFault for a disk registered before the call arrived;
+//   - queries return CnsBlockBackingDetails (backingDiskId, backingDiskUrlPath), are sorted
+//     by creation, honour the filters vCenter honours and the cursor (see -cns-query);
+//   - CnsDeleteVolume of an unknown ID yields a NotFound fault in its volume result, and
+//     deleteDisk=true removes the vmdk file;
+//   - the creation time of every volume is kept for the admin listing.
+//
+// Every SOAP call runs under the registry lock of this object (simulator.Service.call);
+// the admin endpoints take the same lock, so meta needs no lock of its own.
+type cnsManager struct {
+	*cnssim.CnsVolumeManager
+	h    *harness
+	meta map[string]*volumeMeta
+}
+
+// volumeMeta is what the harness remembers about a volume besides what upstream keeps.
+type volumeMeta struct {
+	id         string
+	name       string
+	createTime time.Time
+	backingURL string
+	datastore  string
+	relPath    string
+	file       string
+}
+
+func faultResult(id string, fault types.BaseMethodFault, msg string) *cnstypes.CnsVolumeOperationResult {
+	return &cnstypes.CnsVolumeOperationResult{
+		VolumeId: cnstypes.CnsVolumeId{Id: id},
+		Fault:    &types.LocalizedMethodFault{Fault: fault, LocalizedMessage: msg},
+	}
+}
+
+func createFault(name string, fault types.BaseMethodFault, msg string) cnstypes.BaseCnsVolumeOperationResult {
+	return &cnstypes.CnsVolumeCreateResult{
+		CnsVolumeOperationResult: *faultResult("", fault, msg),
+		Name:                     name,
+	}
+}
+
+// CnsCreateVolume creates one volume per create spec (per datastore for dynamic specs).
+func (m *cnsManager) CnsCreateVolume(ctx *simulator.Context, req *cnstypes.CnsCreateVolume) soap.HasFault {
+	arrival := time.Now().Add(-time.Duration(m.h.opts.delays["CnsCreateVolume"]) * time.Millisecond)
+	task := simulator.CreateTask(m, "CnsCreateVolume", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		if len(req.CreateSpecs) == 0 {
+			return nil, &types.InvalidArgument{InvalidProperty: "CnsVolumeCreateSpec"}
+		}
+		var results []cnstypes.BaseCnsVolumeOperationResult
+		for _, spec := range req.CreateSpecs {
+			results = append(results, m.createOne(ctx, spec, arrival)...)
+		}
+		return &cnstypes.CnsVolumeOperationBatchResult{VolumeResults: results}, nil
+	})
+	return &methods.CnsCreateVolumeBody{Res: &cnstypes.CnsCreateVolumeResponse{Returnval: task.Run()}}
+}
+
+func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreateSpec, arrival time.Time) []cnstypes.BaseCnsVolumeOperationResult {
+	if spec.BackingObjectDetails == nil {
+		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &types.InvalidArgument{InvalidProperty: "backingObjectDetails"}, "backingObjectDetails is required")}
+	}
+	block, isBlock := spec.BackingObjectDetails.(*cnstypes.CnsBlockBackingDetails)
+	if !isBlock || block.BackingDiskUrlPath == "" || block.BackingDiskId != "" {
+		for _, ref := range spec.Datastores {
+			if m.h.datastoreByRef(ref) == nil {
+				return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &types.ManagedObjectNotFound{Obj: ref}, fmt.Sprintf("datastore %s not found", ref.Value))}
+			}
+		}
+		return m.delegateCreate(ctx, spec, nil)
+	}
+
+	ds, rel, err := m.h.resolveBackingURL(block.BackingDiskUrlPath)
+	if err != nil {
+		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: err.Error()}, err.Error())}
+	}
+	file := filepath.Join(ds.dir, filepath.FromSlash(rel))
+	if _, err := os.Stat(file); err != nil {
+		msg := fmt.Sprintf("File [%s] %s was not found", ds.name, rel)
+		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: msg}, msg)}
+	}
+	if m.h.opts.alreadyReg {
+		for _, vm := range m.sortedMeta() {
+			if vm.datastore == ds.name && vm.relPath == rel && vm.createTime.Before(arrival) {
+				msg := fmt.Sprintf("The input volume [%s] %s is already registered as %s", ds.name, rel, vm.id)
+				return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsAlreadyRegisteredFault{VolumeId: cnstypes.CnsVolumeId{Id: vm.id}}, msg)}
+			}
+		}
+	}
+	spec.Datastores = []types.ManagedObjectReference{ds.ref}
+	return m.delegateCreate(ctx, spec, &volumeMeta{backingURL: block.BackingDiskUrlPath, datastore: ds.name, relPath: rel, file: file})
+}
+
+// delegateCreate lets upstream create the volume(s) and records their metadata.
+func (m *cnsManager) delegateCreate(ctx context.Context, spec cnstypes.CnsVolumeCreateSpec, tmpl *volumeMeta) []cnstypes.BaseCnsVolumeOperationResult {
+	body := m.CnsVolumeManager.CnsCreateVolume(ctx, &cnstypes.CnsCreateVolume{This: cns.CnsVolumeManagerInstance, CreateSpecs: []cnstypes.CnsVolumeCreateSpec{spec}})
+	res := m.innerTaskResult(body.(*methods.CnsCreateVolumeBody).Res.Returnval)
+	now := time.Now()
+	for _, r := range res {
+		op := r.GetCnsVolumeOperationResult()
+		if op.Fault != nil || op.VolumeId.Id == "" {
+			continue
+		}
+		vm := &volumeMeta{}
+		if tmpl != nil {
+			*vm = *tmpl
+		} else if cr, ok := r.(*cnstypes.CnsVolumeCreateResult); ok && len(cr.PlacementResults) > 0 {
+			if ds := m.h.datastoreByRef(cr.PlacementResults[0].Datastore); ds != nil {
+				vm.datastore = ds.name
+			}
+		}
+		vm.id = op.VolumeId.Id
+		vm.name = spec.Name
+		vm.createTime = now
+		m.meta[vm.id] = vm
+	}
+	return res
+}
+
+// innerTaskResult reads the result of a task upstream ran synchronously, then drops the
+// task: the client only ever sees the wrapper's own task.
+func (m *cnsManager) innerTaskResult(ref types.ManagedObjectReference) []cnstypes.BaseCnsVolumeOperationResult {
+	t, ok := simulator.Map.Get(ref).(*simulator.Task)
+	if !ok {
+		return nil
+	}
+	simulator.Map.Remove(ref)
+	if batch, ok := t.Info.Result.(*cnstypes.CnsVolumeOperationBatchResult); ok {
+		return batch.VolumeResults
+	}
+	return nil
+}
+
+func (m *cnsManager) sortedMeta() []*volumeMeta {
+	out := make([]*volumeMeta, 0, len(m.meta))
+	for _, vm := range m.meta {
+		out = append(out, vm)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].createTime.Equal(out[j].createTime) {
+			return out[i].createTime.Before(out[j].createTime)
+		}
+		return out[i].id < out[j].id
+	})
+	return out
+}
+
+// allVolumes returns upstream's volumes, decorated and sorted by creation.
+func (m *cnsManager) allVolumes(ctx context.Context) []cnstypes.CnsVolume {
+	body := m.CnsVolumeManager.CnsQueryAllVolume(ctx, &cnstypes.CnsQueryAllVolume{This: cns.CnsVolumeManagerInstance})
+	vols := body.(*methods.CnsQueryAllVolumeBody).Res.Returnval.Volumes
+	for i := range vols {
+		v := &vols[i]
+		vm := m.meta[v.VolumeId.Id]
+		if vm == nil || vm.backingURL == "" {
+			continue
+		}
+		var base cnstypes.CnsBackingObjectDetails
+		if v.BackingObjectDetails != nil {
+			base = *v.BackingObjectDetails.GetCnsBackingObjectDetails()
+		}
+		v.BackingObjectDetails = &cnstypes.CnsBlockBackingDetails{
+			CnsBackingObjectDetails: base,
+			BackingDiskId:           v.VolumeId.Id,
+			BackingDiskUrlPath:      vm.backingURL,
+		}
+	}
+	created := func(v cnstypes.CnsVolume) time.Time {
+		if vm := m.meta[v.VolumeId.Id]; vm != nil {
+			return vm.createTime
+		}
+		return time.Time{}
+	}
+	sort.SliceStable(vols, func(i, j int) bool {
+		ti, tj := created(vols[i]), created(vols[j])
+		if !ti.Equal(tj) {
+			return ti.Before(tj)
+		}
+		return vols[i].VolumeId.Id < vols[j].VolumeId.Id
+	})
+	return vols
+}
+
+func stringSet(items []string) map[string]bool {
+	if len(items) == 0 {
+		return nil
+	}
+	s := make(map[string]bool, len(items))
+	for _, it := range items {
+		s[it] = true
+	}
+	return s
+}
+
+// query applies the filter and cursor the way -cns-query says.
+func (m *cnsManager) query(ctx context.Context, filter cnstypes.CnsQueryFilter) cnstypes.CnsQueryResult {
+	all := m.allVolumes(ctx)
+	if m.h.opts.cnsQuery == "upstream" {
+		// govmomi 0.24.2: only volumeIds is honoured, no paging, empty cursor.
+		if filter.VolumeIds == nil {
+			return cnstypes.CnsQueryResult{Volumes: all}
+		}
+		ids := map[string]bool{}
+		for _, id := range filter.VolumeIds {
+			ids[id.Id] = true
+		}
+		var out []cnstypes.CnsVolume
+		for _, v := range all {
+			if ids[v.VolumeId.Id] {
+				out = append(out, v)
+			}
+		}
+		return cnstypes.CnsQueryResult{Volumes: out}
+	}
+
+	var ids []string
+	for _, id := range filter.VolumeIds {
+		ids = append(ids, id.Id)
+	}
+	idSet, nameSet, clusterSet := stringSet(ids), stringSet(filter.Names), stringSet(filter.ContainerClusterIds)
+	dsURLs := map[string]bool{}
+	for _, ref := range filter.Datastores {
+		if ds := m.h.datastoreByRef(ref); ds != nil {
+			dsURLs[ds.dir] = true
+		} else {
+			dsURLs["\x00unknown:"+ref.Value] = true
+		}
+	}
+	var matched []cnstypes.CnsVolume
+	for _, v := range all {
+		if idSet != nil && !idSet[v.VolumeId.Id] {
+			continue
+		}
+		if nameSet != nil && !nameSet[v.Name] {
+			continue
+		}
+		if clusterSet != nil && !inCluster(v, clusterSet) {
+			continue
+		}
+		if len(dsURLs) > 0 && !dsURLs[v.DatastoreUrl] {
+			continue
+		}
+		if filter.StoragePolicyId != "" && v.StoragePolicyId != filter.StoragePolicyId {
+			continue
+		}
+		matched = append(matched, v)
+	}
+
+	total := int64(len(matched))
+	var offset, limit int64
+	if filter.Cursor != nil {
+		offset, limit = filter.Cursor.Offset, filter.Cursor.Limit
+	}
+	if offset < 0 || offset > total {
+		offset = total
+	}
+	if limit <= 0 {
+		limit = total - offset
+	}
+	if cap := int64(m.h.opts.cnsPageLimit); cap > 0 && limit > cap {
+		limit = cap
+	}
+	end := offset + limit
+	if end > total {
+		end = total
+	}
+	page := matched[offset:end]
+	return cnstypes.CnsQueryResult{
+		Volumes: page,
+		Cursor:  cnstypes.CnsCursor{Offset: end, Limit: limit, TotalRecords: total},
+	}
+}
+
+func inCluster(v cnstypes.CnsVolume, set map[string]bool) bool {
+	if set[v.Metadata.ContainerCluster.ClusterId] {
+		return true
+	}
+	for _, c := range v.Metadata.ContainerClusterArray {
+		if set[c.ClusterId] {
+			return true
+		}
+	}
+	return false
+}
+
+// CnsQueryVolume answers one page of volumes matching the filter.
+func (m *cnsManager) CnsQueryVolume(ctx *simulator.Context, req *cnstypes.CnsQueryVolume) soap.HasFault {
+	return &methods.CnsQueryVolumeBody{Res: &cnstypes.CnsQueryVolumeResponse{Returnval: m.query(ctx, req.Filter)}}
+}
+
+// CnsQueryAllVolume answers like CnsQueryVolume; the selection is ignored.
+func (m *cnsManager) CnsQueryAllVolume(ctx *simulator.Context, req *cnstypes.CnsQueryAllVolume) soap.HasFault {
+	return &methods.CnsQueryAllVolumeBody{Res: &cnstypes.CnsQueryAllVolumeResponse{Returnval: m.query(ctx, req.Filter)}}
+}
+
+// CnsDeleteVolume removes registrations; deleteDisk=true also removes the vmdk file.
+func (m *cnsManager) CnsDeleteVolume(ctx *simulator.Context, req *cnstypes.CnsDeleteVolume) soap.HasFault {
+	task := simulator.CreateTask(m, "CnsDeleteVolume", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		var results []cnstypes.BaseCnsVolumeOperationResult
+		for _, id := range req.VolumeIds {
+			if !m.removeVolume(ctx, id.Id, req.DeleteDisk) {
+				results = append(results, faultResult(id.Id, &types.NotFound{}, fmt.Sprintf("CNS volume %s not found", id.Id)))
+				continue
+			}
+			results = append(results, &cnstypes.CnsVolumeOperationResult{VolumeId: id})
+		}
+		return &cnstypes.CnsVolumeOperationBatchResult{VolumeResults: results}, nil
+	})
+	return &methods.CnsDeleteVolumeBody{Res: &cnstypes.CnsDeleteVolumeResponse{Returnval: task.Run()}}
+}
+
+// removeVolume deletes one volume from upstream's state; false when it did not exist.
+func (m *cnsManager) removeVolume(ctx context.Context, id string, deleteDisk bool) bool {
+	body := m.CnsVolumeManager.CnsDeleteVolume(ctx, &cnstypes.CnsDeleteVolume{
+		This:      cns.CnsVolumeManagerInstance,
+		VolumeIds: []cnstypes.CnsVolumeId{{Id: id}},
+	})
+	res := m.innerTaskResult(body.(*methods.CnsDeleteVolumeBody).Res.Returnval)
+	vm := m.meta[id]
+	delete(m.meta, id)
+	if len(res) == 0 {
+		return false
+	}
+	if deleteDisk && vm != nil && vm.file != "" {
+		m.h.fileMu.Lock()
+		_ = os.Remove(vm.file)
+		m.h.fileMu.Unlock()
+	}
+	return true
+}
+
+// resolveBackingURL checks https://host/folder/<path>?dcPath=<dc>&dsName=<ds> against the
+// inventory and returns the datastore and the cleaned relative file path.
+func (h *harness) resolveBackingURL(raw string) (*datastore, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q is not a URL: %v", raw, err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: scheme must be https", raw)
+	}
+	if !strings.HasPrefix(u.Path, "/folder/") {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: path must start with /folder/", raw)
+	}
+	rel := strings.TrimPrefix(u.Path, "/folder/")
+	q := u.Query()
+	dcPath, dsName := q.Get("dcPath"), q.Get("dsName")
+	if dsName == "" || dcPath == "" {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: dcPath and dsName are required", raw)
+	}
+	if strings.Trim(dcPath, "/") != strings.Trim(h.dcPath, "/") {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: datacenter %q not found", raw, dcPath)
+	}
+	ds := h.datastoreByName(dsName)
+	if ds == nil {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: datastore %q not found in %s", raw, dsName, h.dcPath)
+	}
+	clean := path.Clean("/" + rel)
+	if clean == "/" || hasDotDot(rel) {
+		return nil, "", fmt.Errorf("backingDiskUrlPath %q: invalid file path %q", raw, rel)
+	}
+	return ds, strings.TrimPrefix(clean, "/"), nil
+}
+
+func hasDotDot(rel string) bool {
+	for _, seg := range strings.Split(rel, "/") {
+		if seg == ".." {
+			return true
+		}
+	}
+	return false
+}

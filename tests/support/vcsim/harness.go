@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/vmware/govmomi/cns"
+	cnssim "github.com/vmware/govmomi/cns/simulator"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// harness owns one simulator instance and everything the admin endpoints need.
+type harness struct {
+	opts       *options
+	model      *simulator.Model
+	server     *simulator.Server
+	cnsReg     *simulator.Registry
+	cns        *cnsManager
+	stats      *stats
+	tmp        string
+	certFile   string
+	url        string
+	admin      string
+	dcRef      types.ManagedObjectReference
+	dcPath     string
+	datastores []*datastore
+
+	fileMu sync.Mutex
+}
+
+// datastore is one local datastore and the directory that backs it.
+type datastore struct {
+	name    string
+	dir     string
+	invPath string
+	ref     types.ManagedObjectReference
+}
+
+func newHarness(opts *options) (h *harness, err error) {
+	h = &harness{opts: opts, stats: newStats()}
+	if h.tmp, err = os.MkdirTemp("", "vcsim-harness-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(h.tmp)
+		}
+	}()
+
+	if opts.trace {
+		simulator.Trace = true
+		simulator.TraceFile = os.Stderr
+	}
+
+	m := simulator.VPX()
+	m.Datastore = 0 // created below, in directories that survive a restart
+	m.Machine = 0
+	m.Autostart = false
+	m.ClusterHost = 2
+	if opts.datacenterFolder != "" {
+		m.Folder = 1
+	}
+	m.DelayConfig.MethodDelay = map[string]int{}
+	for k, v := range opts.delays {
+		m.DelayConfig.MethodDelay[k] = v
+	}
+	if err = m.Create(); err != nil {
+		return nil, fmt.Errorf("create model: %w", err)
+	}
+	h.model = m
+
+	ctx := context.Background()
+	c, err := vim25.NewClient(ctx, m.Service)
+	if err != nil {
+		return nil, fmt.Errorf("in-process client: %w", err)
+	}
+	if opts.datacenterFolder != "" {
+		if err = renameTopFolder(ctx, c, opts.datacenterFolder); err != nil {
+			return nil, err
+		}
+	}
+	if err = h.createDatastores(ctx, c); err != nil {
+		return nil, err
+	}
+	dc := simulator.Map.Any("Datacenter")
+	if dc == nil {
+		return nil, fmt.Errorf("model has no datacenter")
+	}
+	h.dcRef = dc.Reference()
+	h.dcPath = inventoryPath(h.dcRef)
+	if err = h.createVmdks(); err != nil {
+		return nil, err
+	}
+
+	h.installCNS()
+
+	if !opts.plainHTTP {
+		h.certFile = opts.certOut
+		if h.certFile == "" {
+			h.certFile = filepath.Join(h.tmp, "ca.pem")
+		}
+		if m.Service.TLS, err = serverTLS(h.certFile); err != nil {
+			return nil, err
+		}
+	}
+	m.Service.Listen = &url.URL{Host: opts.listen, User: url.UserPassword(opts.username, opts.password)}
+	// The CNS endpoint is installed by installCNS (a wrapped copy of cns/simulator's
+	// registry); RegisterEndpoints would register /vsanHealth a second time.
+	m.Service.RegisterEndpoints = false
+	if err = h.startServer(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *harness) startServer() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("listen on %s: %v", h.opts.listen, r)
+		}
+	}()
+	srv := h.model.Service.NewServer()
+	// No client knows the port before the start line is printed, so replacing the handler
+	// here is not observed by any request.
+	srv.Config.Handler = h.handler(h.model.Service.ServeMux)
+	h.server = srv
+	u := *srv.URL
+	u.User = nil
+	h.url = u.String()
+	h.admin = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/debug"}).String()
+	return nil
+}
+
+func (h *harness) close() {
+	if h.server != nil {
+		h.server.Close()
+	}
+	if h.model != nil {
+		h.model.Remove()
+	}
+	_ = os.RemoveAll(h.tmp)
+}
+
+func (h *harness) startLine() startLine {
+	dss := make([]datastoreEntry, 0, len(h.datastores))
+	for _, ds := range h.datastores {
+		dss = append(dss, datastoreEntry{Name: ds.name, Dir: ds.dir, InventoryPath: ds.invPath, Ref: ds.ref.Value})
+	}
+	return startLine{
+		URL:         h.url,
+		Datacenter:  filepath.Base(h.dcPath),
+		Datacenters: []string{h.dcPath},
+		Datastores:  dss,
+		Cert:        h.certFile,
+		Admin:       h.admin,
+		Username:    h.opts.username,
+		CnsQuery:    h.opts.cnsQuery,
+	}
+}
+
+// renameTopFolder renames the folder Model.Folder created above the datacenter ("F0").
+func renameTopFolder(ctx context.Context, c *vim25.Client, name string) error {
+	root, ok := simulator.Map.Get(c.ServiceContent.RootFolder).(*simulator.Folder)
+	if !ok {
+		return fmt.Errorf("root folder not found")
+	}
+	for _, child := range root.ChildEntity {
+		if child.Type != "Folder" {
+			continue
+		}
+		task, err := object.NewFolder(c, child).Rename(ctx, name)
+		if err != nil {
+			return fmt.Errorf("rename folder %s: %w", child.Value, err)
+		}
+		return task.Wait(ctx)
+	}
+	return fmt.Errorf("no datacenter folder to rename")
+}
+
+// createDatastores mounts -datastores local datastores on every host, backed by
+// directories under -datastore-dir (or the temporary directory).
+func (h *harness) createDatastores(ctx context.Context, c *vim25.Client) error {
+	root := h.opts.datastoreDir
+	if root == "" {
+		root = filepath.Join(h.tmp, "datastores")
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	hosts := simulator.Map.All("HostSystem")
+	if len(hosts) == 0 {
+		return fmt.Errorf("model has no hosts")
+	}
+	for i := 0; i < h.opts.datastores; i++ {
+		name := fmt.Sprintf("LocalDS_%d", i)
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		ds := &datastore{name: name, dir: dir}
+		for _, host := range hosts {
+			dss, err := object.NewHostSystem(c, host.Reference()).ConfigManager().DatastoreSystem(ctx)
+			if err != nil {
+				return err
+			}
+			obj, err := dss.CreateLocalDatastore(ctx, name, dir)
+			if err != nil {
+				return fmt.Errorf("create datastore %s on %s: %w", name, host.Reference().Value, err)
+			}
+			ds.ref = obj.Reference()
+		}
+		ds.invPath = inventoryPath(ds.ref)
+		h.datastores = append(h.datastores, ds)
+	}
+	return nil
+}
+
+// inventoryPath walks the parents of an entity up to (not including) the root folder.
+func inventoryPath(ref types.ManagedObjectReference) string {
+	var parts []string
+	for {
+		e, ok := simulator.Map.Get(ref).(mo.Entity)
+		if !ok {
+			break
+		}
+		me := e.Entity()
+		if me.Parent == nil {
+			break
+		}
+		parts = append([]string{me.Name}, parts...)
+		ref = *me.Parent
+	}
+	return "/" + strings.Join(parts, "/")
+}
+
+const vmdkDescriptor = `# Disk DescriptorFile
+version=1
+encoding="UTF-8"
+CID=fffffffe
+parentCID=ffffffff
+createType="vmfs"
+
+# Extent description
+RW 2048 VMFS "%s"
+
+ddb.adapterType = "lsilogic"
+ddb.virtualHWVersion = "13"
+`
+
+// createVmdks creates disk-0001.vmdk.. in each folder of the first datastore; existing
+// files are kept, so a restart with the same -datastore-dir changes nothing.
+func (h *harness) createVmdks() error {
+	if h.opts.vmdks <= 0 {
+		return nil
+	}
+	for _, folder := range h.opts.folders {
+		for i := 1; i <= h.opts.vmdks; i++ {
+			rel := fmt.Sprintf("%s/disk-%04d.vmdk", folder, i)
+			if _, err := h.createVmdk(h.datastores[0], rel); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// createVmdk creates the file (and its folders) unless it exists; it returns the absolute
+// file name.
+func (h *harness) createVmdk(ds *datastore, rel string) (string, error) {
+	clean := filepath.Clean("/" + rel)
+	if clean == "/" || !strings.HasSuffix(strings.ToLower(clean), ".vmdk") {
+		return "", fmt.Errorf("%q is not a vmdk path", rel)
+	}
+	file := filepath.Join(ds.dir, clean)
+	h.fileMu.Lock()
+	defer h.fileMu.Unlock()
+	if _, err := os.Stat(file); err == nil {
+		return file, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return "", err
+	}
+	flat := strings.TrimSuffix(filepath.Base(file), ".vmdk") + "-flat.vmdk"
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(vmdkDescriptor, flat)), 0o644); err != nil {
+		return "", err
+	}
+	return file, nil
+}
+
+func (h *harness) datastoreByName(name string) *datastore {
+	for _, ds := range h.datastores {
+		if ds.name == name {
+			return ds
+		}
+	}
+	return nil
+}
+
+func (h *harness) datastoreByRef(ref types.ManagedObjectReference) *datastore {
+	for _, ds := range h.datastores {
+		if ds.ref == ref {
+			return ds
+		}
+	}
+	return nil
+}
+
+// installCNS registers /vsanHealth with cns/simulator's CnsVolumeManager wrapped by
+// cnsManager (see cns.go for what the wrapper adds).
+func (h *harness) installCNS() {
+	upstreamReg := cnssim.New()
+	upstream := upstreamReg.Get(cns.CnsVolumeManagerInstance).(*cnssim.CnsVolumeManager)
+	reg := simulator.NewRegistry()
+	reg.Namespace = cns.Namespace
+	reg.Path = cns.Path
+	h.cns = &cnsManager{CnsVolumeManager: upstream, h: h, meta: map[string]*volumeMeta{}}
+	reg.Put(h.cns)
+	h.cnsReg = reg
+	h.model.Service.RegisterSDK(reg)
+}
+
+// handler serves /debug/ itself and counts every SOAP call before the simulator sees it.
+func (h *harness) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/debug" || strings.HasPrefix(r.URL.Path, "/debug/") {
+			h.serveAdmin(w, r)
+			return
+		}
+		if r.Method == http.MethodPost {
+			h.stats.serveCounted(w, r, next)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
