@@ -7,8 +7,21 @@
 
 pub mod api;
 pub mod cli;
+pub mod credentials;
+pub mod daemon;
+pub mod http;
+pub mod leader;
+pub mod metrics;
 pub mod backend;
+pub mod events;
+pub mod full_sync;
+pub mod lookup;
+pub mod migrations;
+pub mod pv_index;
+pub mod pv_watcher;
+pub mod reconcile;
 pub mod registrar;
+pub mod status;
 pub mod volume_path;
 
 pub use volume_path::{PathError, VolumePath};

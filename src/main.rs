@@ -3,7 +3,28 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use volmig::cli::{Cli, Command};
+use tracing_subscriber::EnvFilter;
+use volmig::cli::{Cli, Command, LogFormat};
+use volmig::lookup::LookupError;
+
+/// Exit code of `volmig lookup` for a path that is not registered yet.
+const EXIT_NOT_REGISTERED: u8 = 3;
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("VOLMIG_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_runtime=warn,kube_client=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -18,9 +39,48 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run(_) | Command::Lookup(_) => {
-            eprintln!("error: this subcommand is being wired up");
-            ExitCode::from(2)
+        Command::Run(args) => {
+            init_logging(args.log_format);
+            let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
+                rt.block_on(volmig::daemon::run(*args))
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "volmig run failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Lookup(args) => {
+            let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
+                rt.block_on(async {
+                    let client = volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
+                    Ok(volmig::lookup::lookup(client, &args.volume_path).await)
+                })
+            });
+            match result {
+                Ok(Ok(id)) => {
+                    println!("{id}");
+                    ExitCode::SUCCESS
+                }
+                Ok(Err(e @ LookupError::NotRegisteredYet { .. })) => {
+                    eprintln!("{e}");
+                    ExitCode::from(EXIT_NOT_REGISTERED)
+                }
+                Ok(Err(e @ LookupError::InvalidPath(_))) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+                Ok(Err(e)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

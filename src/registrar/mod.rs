@@ -30,7 +30,7 @@ mod retry;
 mod status_store;
 
 pub use keyed_lock::{KeyGuard, KeyedLock};
-pub use pressure::{CallGate, LeaderGate, NotLeader};
+pub use pressure::{CallGate, LeaderCheck, LeaderGate, NotLeader};
 pub use retry::RetryPolicy;
 pub use status_store::{
     InMemoryStatusStore, StatusStore, StatusUpdate, StoreError, StoredState, apply,
@@ -231,6 +231,11 @@ impl Registrar {
     /// The backend this registrar calls.
     pub fn backend(&self) -> &Arc<dyn VolumeBackend> {
         &self.backend
+    }
+
+    /// The retry policy (also used by callers to schedule requeues).
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.config.retry
     }
 
     /// Keys currently locked or awaited (0 when idle: entries never leak).

@@ -39,6 +39,37 @@ impl Registrar {
             });
         }
 
+        self.register_and_record(path, state).await
+    }
+
+    /// Registers `path` again because its stored ID `missing` no longer exists in CNS.
+    /// Adopts a volume that exists after all (the listing may have been stale) and does
+    /// nothing when the stored ID changed meanwhile.
+    pub async fn reregister(
+        &self,
+        path: &VolumePath,
+        missing: &VolumeId,
+    ) -> Result<Registration, RegisterError> {
+        let _key = self.locks.lock(path).await;
+        let state = self.load(path).await?;
+        if let Some(state) = &state
+            && state.phase == Some(Phase::Registered)
+            && let Some(volume_id) = &state.volume_id
+            && volume_id != missing
+        {
+            return Ok(Registration {
+                volume_id: volume_id.clone(),
+                adopted: true,
+            });
+        }
+        self.register_and_record(path, state).await
+    }
+
+    async fn register_and_record(
+        &self,
+        path: &VolumePath,
+        state: Option<super::StoredState>,
+    ) -> Result<Registration, RegisterError> {
         let attempts = state.map_or(0, |s| s.attempts) + 1;
         match self.register_locked(path, attempts).await {
             Ok(registration) => Ok(registration),

@@ -74,7 +74,12 @@ mod tests {
 
     #[test]
     fn plain_paths_are_unchanged() {
-        let url = backing_url("vc.example", "DC0", "LocalDS_0", &path("[LocalDS_0] kubevols/a.vmdk"));
+        let url = backing_url(
+            "vc.example",
+            "DC0",
+            "LocalDS_0",
+            &path("[LocalDS_0] kubevols/a.vmdk"),
+        );
         assert_eq!(
             url,
             "https://vc.example/folder/kubevols/a.vmdk?dcPath=DC0&dsName=LocalDS_0"
@@ -130,7 +135,10 @@ mod tests {
     fn other_urls_are_not_paths() {
         assert_eq!(path_from_backing_url("https://vc/sdk"), None);
         assert_eq!(path_from_backing_url("https://vc/folder/a.vmdk"), None);
-        assert_eq!(path_from_backing_url("https://vc/folder/a.txt?dsName=x"), None);
+        assert_eq!(
+            path_from_backing_url("https://vc/folder/a.txt?dsName=x"),
+            None
+        );
         assert_eq!(path_from_backing_url("not a url"), None);
     }
 

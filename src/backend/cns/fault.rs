@@ -111,7 +111,10 @@ pub(crate) fn from_transport(
             format!("cannot connect to {url}: {chain}"),
         )
     } else {
-        (names::CONNECTION, format!("request to {url} failed: {chain}"))
+        (
+            names::CONNECTION,
+            format!("request to {url} failed: {chain}"),
+        )
     };
     BackendError::new(ErrorClass::Transient, operation, fault, message)
 }
@@ -139,14 +142,23 @@ fn is_certificate_error(err: &(dyn StdError + 'static)) -> bool {
                 rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
             );
         }
-        current = e.source();
+        // `io::Error::source` skips the error it wraps: step into it explicitly.
+        current = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
     }
     false
 }
 
 /// Prefixes the error's message with the object it is about.
 pub(crate) fn about(mut err: BackendError, object: &str) -> BackendError {
-    err.message = format!("{object}: {}", err.message);
+    if !err.message.contains(object) {
+        err.message = format!("{object}: {}", err.message);
+    }
     err
 }
 
@@ -196,8 +208,7 @@ mod tests {
         assert_eq!(err.fault, "FileNotFound");
         assert_eq!(
             err.to_string(),
-            "QueryVirtualDiskUuid failed (FileNotFound): File [LocalDS_0] a.vmdk was not found; \
-             file [LocalDS_0] a.vmdk"
+            "QueryVirtualDiskUuid failed (FileNotFound): File [LocalDS_0] a.vmdk was not found"
         );
     }
 
@@ -221,11 +232,25 @@ mod tests {
     }
 
     #[test]
+    fn certificate_errors_are_found_inside_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let io = std::io::Error::other(io);
+        assert!(is_certificate_error(&io));
+        let other = std::io::Error::new(std::io::ErrorKind::InvalidData, "reset");
+        assert!(!is_certificate_error(&other));
+        let handshake = rustls::Error::HandshakeNotComplete;
+        assert!(!is_certificate_error(&handshake));
+    }
+
+    #[test]
     fn about_prefixes_the_object() {
         let err = about(
             BackendError::new(ErrorClass::NotFound, "x", "NotFound", "gone"),
             "volume 42",
         );
         assert_eq!(err.message, "volume 42: gone");
+        let err = about(err, "volume 42");
+        assert_eq!(err.message, "volume 42: gone", "no second prefix");
     }
 }

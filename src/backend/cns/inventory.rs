@@ -8,8 +8,9 @@ use std::sync::{Arc, RwLock};
 use crate::backend::{BackendError, ErrorClass};
 
 use super::fault::names;
-use super::session::{Endpoint, SoapClient};
+use super::session::SoapClient;
 use super::soap::{MoRef, Returnval};
+use super::transport::Endpoint;
 use super::vim::{
     ContinueRetrievePropertiesEx, ObjectSpec, PropertyFilterSpec, PropertySpec, RetrieveOptions,
     RetrievePropertiesEx, RetrieveResult, SimpleValue, TraversalSpec,
@@ -46,7 +47,7 @@ struct Snapshot {
 
 /// The cached datastore → datacenter mapping.
 pub(crate) struct Inventory {
-    filters: Vec<String>,
+    filters: Vec<DatacenterFilter>,
     snapshot: RwLock<Arc<Snapshot>>,
     refresh_gate: tokio::sync::Mutex<()>,
 }
@@ -56,11 +57,7 @@ impl Inventory {
     /// all datacenters).
     pub fn new(filters: &[String]) -> Self {
         Self {
-            filters: filters
-                .iter()
-                .map(|f| f.trim().trim_matches('/').to_owned())
-                .filter(|f| !f.is_empty())
-                .collect(),
+            filters: normalize_filters(filters),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             refresh_gate: tokio::sync::Mutex::new(()),
         }
@@ -77,12 +74,7 @@ impl Inventory {
     /// is an error (used at start-up); otherwise it is logged.
     pub async fn refresh(&self, client: &SoapClient, strict: bool) -> Result<(), BackendError> {
         let datacenters = fetch_datacenters(client).await?;
-        let mut unmatched = Vec::new();
-        for filter in &self.filters {
-            if !datacenters.iter().any(|dc| matches_filter(dc, filter)) {
-                unmatched.push(filter.clone());
-            }
-        }
+        let unmatched = unmatched_filters(&datacenters, &self.filters);
         if !unmatched.is_empty() {
             let known: Vec<&str> = datacenters.iter().map(|dc| dc.path.as_str()).collect();
             let message = format!(
@@ -101,16 +93,7 @@ impl Inventory {
             }
             tracing::warn!("{message}");
         }
-        let mut by_name: HashMap<String, Vec<DatastoreLocation>> = HashMap::new();
-        for dc in datacenters.iter().filter(|dc| self.selected(dc)) {
-            for (name, datastore) in &dc.datastores {
-                by_name.entry(name.clone()).or_default().push(DatastoreLocation {
-                    datastore: datastore.clone(),
-                    datacenter: dc.moref.clone(),
-                    datacenter_path: dc.path.clone(),
-                });
-            }
-        }
+        let by_name = index(&datacenters, &self.filters);
         let generation = self.current().generation + 1;
         tracing::debug!(
             datacenters = datacenters.len(),
@@ -125,10 +108,6 @@ impl Inventory {
             });
         }
         Ok(())
-    }
-
-    fn selected(&self, dc: &Datacenter) -> bool {
-        self.filters.is_empty() || self.filters.iter().any(|f| matches_filter(dc, f))
     }
 
     /// Forgets the cache, e.g. after vCenter said a cached reference is gone.
@@ -165,13 +144,17 @@ impl Inventory {
             let scope = if self.filters.is_empty() {
                 "any datacenter".to_owned()
             } else {
-                format!("datacenter(s) {}", self.filters.join(", "))
+                let list: Vec<String> = self.filters.iter().map(ToString::to_string).collect();
+                format!("datacenter(s) {}", list.join(", "))
             };
             Err(BackendError::new(
                 ErrorClass::NotFound,
                 operation,
                 names::DATASTORE_NOT_FOUND,
-                format!("datastore '{name}' not found in {scope} of {}", client.sdk_url()),
+                format!(
+                    "datastore '{name}' not found in {scope} of {}",
+                    client.sdk_url()
+                ),
             ))
         })
     }
@@ -202,13 +185,76 @@ fn lookup(
     }
 }
 
-/// A configured datacenter matches by inventory path (with `/`) or by name.
-fn matches_filter(dc: &Datacenter, filter: &str) -> bool {
-    if filter.contains('/') {
-        dc.path == filter
-    } else {
-        dc.name == filter || dc.path == filter
+/// One configured datacenter: an inventory path (when it contains `/`, e.g. `/F0/DC1`)
+/// or a bare name (`DC1`, matching that datacenter in any folder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DatacenterFilter {
+    /// The path without leading/trailing `/`, or the name.
+    text: String,
+    by_path: bool,
+}
+
+impl DatacenterFilter {
+    fn matches(&self, dc: &Datacenter) -> bool {
+        if self.by_path {
+            dc.path == self.text
+        } else {
+            dc.name == self.text
+        }
     }
+}
+
+impl std::fmt::Display for DatacenterFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.by_path {
+            write!(f, "/{}", self.text)
+        } else {
+            f.write_str(&self.text)
+        }
+    }
+}
+
+/// Configured datacenters, blanks dropped.
+fn normalize_filters(filters: &[String]) -> Vec<DatacenterFilter> {
+    filters
+        .iter()
+        .map(|raw| DatacenterFilter {
+            text: raw.trim().trim_matches('/').to_owned(),
+            by_path: raw.contains('/'),
+        })
+        .filter(|f| !f.text.is_empty())
+        .collect()
+}
+
+/// The configured datacenters that match no datacenter of the inventory.
+fn unmatched_filters(datacenters: &[Datacenter], filters: &[DatacenterFilter]) -> Vec<String> {
+    filters
+        .iter()
+        .filter(|f| !datacenters.iter().any(|dc| f.matches(dc)))
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The datastores of the selected datacenters (all when `filters` is empty), by name.
+fn index(
+    datacenters: &[Datacenter],
+    filters: &[DatacenterFilter],
+) -> HashMap<String, Vec<DatastoreLocation>> {
+    let mut by_name: HashMap<String, Vec<DatastoreLocation>> = HashMap::new();
+    let selected = |dc: &&Datacenter| filters.is_empty() || filters.iter().any(|f| f.matches(dc));
+    for dc in datacenters.iter().filter(selected) {
+        for (name, datastore) in &dc.datastores {
+            by_name
+                .entry(name.clone())
+                .or_default()
+                .push(DatastoreLocation {
+                    datastore: datastore.clone(),
+                    datacenter: dc.moref.clone(),
+                    datacenter_path: dc.path.clone(),
+                });
+        }
+    }
+    by_name
 }
 
 fn inventory_spec(root: &MoRef) -> PropertyFilterSpec {
@@ -234,7 +280,12 @@ fn inventory_spec(root: &MoRef) -> PropertyFilterSpec {
             obj: root.clone(),
             skip: false,
             select_set: vec![
-                TraversalSpec::new("folders", "Folder", "childEntity", &["folders", "datastores"]),
+                TraversalSpec::new(
+                    "folders",
+                    "Folder",
+                    "childEntity",
+                    &["folders", "datastores"],
+                ),
                 TraversalSpec::new("datastores", "Datacenter", "datastore", &[]),
             ],
         }],
@@ -242,7 +293,9 @@ fn inventory_spec(root: &MoRef) -> PropertyFilterSpec {
 }
 
 /// All datacenters below the root folder (inside folders too) with their datastores.
-pub(crate) async fn fetch_datacenters(client: &SoapClient) -> Result<Vec<Datacenter>, BackendError> {
+pub(crate) async fn fetch_datacenters(
+    client: &SoapClient,
+) -> Result<Vec<Datacenter>, BackendError> {
     let content = client.content();
     let collector = &content.property_collector;
     let mut objects = Vec::new();

@@ -1,10 +1,9 @@
-//! The SOAP client: HTTP transport, `ServiceContent`, `Login`/`Logout`, the session
+//! The SOAP client on top of the transport: `ServiceContent`, `Login`/`Logout`, the session
 //! cookie, and the transparent re-login (once) when vCenter says `NotAuthenticated`.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderMap, SET_COOKIE};
+use reqwest::header::{HeaderMap, SET_COOKIE};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
@@ -13,118 +12,12 @@ use crate::backend::{BackendError, ErrorClass};
 
 use super::Password;
 use super::fault::{self, names};
-use super::soap::{
-    self, CNS_NS, MoRef, NoContent, ResponseError, Returnval, VIM_NS, envelope, method_xml,
-};
+use super::soap::{self, CNS_NS, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
+use super::transport::{Endpoint, SESSION_COOKIE, Transport};
 use super::vim::{Login, Logout, RetrieveServiceContent, ServiceContent, UserSession};
 
-/// Name of vCenter's session cookie, shared by `/sdk` and `/vsanHealth`.
-pub(crate) const SESSION_COOKIE: &str = "vmware_soap_session";
 /// API version announced before `ServiceContent` is known.
 const INITIAL_API_VERSION: &str = "7.0";
-
-/// Which SOAP endpoint of the vCenter a call goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    /// vim25 at `/sdk`.
-    Sdk,
-    /// CNS at `/vsanHealth`.
-    Cns,
-}
-
-/// The plain HTTP side: where to post envelopes and how long to wait.
-pub(crate) struct Transport {
-    http: reqwest::Client,
-    sdk_url: Url,
-    cns_url: Url,
-    timeout: Duration,
-}
-
-impl Transport {
-    /// A transport for the vCenter whose SDK URL is `sdk_url`; the CNS endpoint is
-    /// `/vsanHealth` on the same host.
-    pub fn new(
-        sdk_url: Url,
-        tls: rustls::ClientConfig,
-        timeout: Duration,
-    ) -> Result<Self, BackendError> {
-        let mut tls = tls;
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .http1_only()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(30)))
-            .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("volmig/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                BackendError::new(
-                    ErrorClass::Permanent,
-                    "Connect",
-                    names::CONFIG,
-                    format!("cannot build the HTTP client: {}", fault::error_chain(&e)),
-                )
-            })?;
-        let mut cns_url = sdk_url.clone();
-        cns_url.set_path("/vsanHealth");
-        cns_url.set_query(None);
-        Ok(Self {
-            http,
-            sdk_url,
-            cns_url,
-            timeout,
-        })
-    }
-
-    /// The SDK URL, as named in messages.
-    pub fn sdk_url(&self) -> &Url {
-        &self.sdk_url
-    }
-
-    fn url(&self, endpoint: Endpoint) -> &Url {
-        match endpoint {
-            Endpoint::Sdk => &self.sdk_url,
-            Endpoint::Cns => &self.cns_url,
-        }
-    }
-
-    /// Posts one envelope and returns the response headers and the body of a 200 answer;
-    /// SOAP faults and other statuses become errors.
-    async fn post(
-        &self,
-        endpoint: Endpoint,
-        operation: &'static str,
-        soap_action: &str,
-        body: String,
-        cookie: Option<&str>,
-    ) -> Result<(HeaderMap, String), BackendError> {
-        let url = self.url(endpoint);
-        let mut request = self
-            .http
-            .post(url.clone())
-            .header(CONTENT_TYPE, "text/xml; charset=utf-8")
-            .header("SOAPAction", soap_action)
-            .body(body);
-        if let Some(cookie) = cookie {
-            request = request.header(COOKIE, format!("{SESSION_COOKIE}={cookie}"));
-        }
-        let transport = |e: reqwest::Error| fault::from_transport(operation, url.as_str(), self.timeout, &e);
-        let response = request.send().await.map_err(transport)?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.map_err(transport)?;
-        if status.is_success() {
-            return Ok((headers, text));
-        }
-        if status.as_u16() == 500
-            && let Some(fault) = soap::parse_fault(&text)
-        {
-            return Err(fault::from_fault(operation, &fault));
-        }
-        Err(fault::from_status(operation, url.as_str(), status.as_u16()))
-    }
-}
 
 /// The current session: the cookie value as the server sent it, and a generation counter
 /// that tells concurrent re-logins apart.
@@ -254,7 +147,13 @@ impl SoapClient {
         };
         let (headers, body) = self
             .transport
-            .post(Endpoint::Sdk, op, &self.soap_action, envelope(&xml, None), None)
+            .post(
+                Endpoint::Sdk,
+                op,
+                &self.soap_action,
+                envelope(&xml, None),
+                None,
+            )
             .await
             .map_err(context)?;
         let user: UserSession = returnval(op, self.sdk_url(), &body).map_err(context)?;
@@ -282,7 +181,13 @@ impl SoapClient {
             let this = self.session_manager(op)?;
             let xml = serialize(op, "Logout", VIM_NS, &Logout { this })?;
             self.transport
-                .post(Endpoint::Sdk, op, &self.soap_action, envelope(&xml, None), Some(&cookie))
+                .post(
+                    Endpoint::Sdk,
+                    op,
+                    &self.soap_action,
+                    envelope(&xml, None),
+                    Some(&cookie),
+                )
                 .await
         }
         .await;
@@ -320,7 +225,9 @@ impl SoapClient {
         let mut relogged = false;
         loop {
             let session = self.session();
-            let result = self.call_once(endpoint, operation, &xml, session.cookie.as_deref()).await;
+            let result = self
+                .call_once(endpoint, operation, &xml, session.cookie.as_deref())
+                .await;
             match result {
                 Err(err) if err.class == ErrorClass::NotAuthenticated && !relogged => {
                     tracing::debug!(operation, fault = %err.fault, "not authenticated; re-login");
@@ -345,7 +252,13 @@ impl SoapClient {
         };
         let (_, body) = self
             .transport
-            .post(endpoint, operation, &self.soap_action, envelope(xml, header), cookie)
+            .post(
+                endpoint,
+                operation,
+                &self.soap_action,
+                envelope(xml, header),
+                cookie,
+            )
             .await?;
         parse(operation, self.transport.url(endpoint), &body)
     }
@@ -389,9 +302,6 @@ fn returnval<T: DeserializeOwned>(
         .ok_or_else(|| fault::malformed(operation, url.as_str(), "no returnval"))
 }
 
-/// Parses a response that has nothing but an optional `returnval`.
-pub(crate) type Empty = NoContent;
-
 /// The value of the session cookie among `Set-Cookie` headers, as sent.
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
@@ -433,7 +343,10 @@ mod tests {
     #[test]
     fn no_session_cookie_is_none() {
         let mut headers = HeaderMap::new();
-        headers.append(SET_COOKIE, HeaderValue::from_static("vmware_soap_session=; Path=/"));
+        headers.append(
+            SET_COOKIE,
+            HeaderValue::from_static("vmware_soap_session=; Path=/"),
+        );
         assert_eq!(session_cookie(&headers), None);
         assert_eq!(session_cookie(&HeaderMap::new()), None);
     }

@@ -95,15 +95,9 @@ pub(crate) struct Returnval<T> {
     pub returnval: Option<T>,
 }
 
-/// A response element without content (e.g. `LogoutResponse`).
-#[derive(Debug, Deserialize)]
-pub(crate) struct NoContent {}
-
 /// `LocalizableMessage` of `MethodFault.faultMessage`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct LocalizableMessage {
-    #[serde(default)]
-    pub key: String,
     pub message: Option<String>,
 }
 
@@ -187,26 +181,31 @@ impl Fault {
             .unwrap_or("MethodFault")
             .to_owned();
         let mut parts: Vec<String> = Vec::new();
-        let mut push = |text: Option<&str>| {
-            if let Some(text) = text.map(str::trim).filter(|t| !t.is_empty())
-                && !parts.iter().any(|p| p == text)
-            {
+        let mut push = |text: &str, mentions: &str| {
+            let text = text.trim();
+            if !text.is_empty() && !parts.iter().any(|p| p.contains(mentions.trim())) {
                 parts.push(text.to_owned());
             }
         };
-        push(outer_message);
-        push(data.reason.as_deref());
-        for message in &data.messages {
-            push(message.message.as_deref());
+        if let Some(outer) = outer_message {
+            push(outer, outer);
+        }
+        if let Some(reason) = data.reason.as_deref() {
+            push(reason, reason);
+        }
+        for message in data.messages.iter().filter_map(|m| m.message.as_deref()) {
+            push(message, message);
         }
         if let Some(file) = data.file.as_deref() {
-            push(Some(&format!("file {file}")));
+            push(&format!("file {file}"), file);
         }
         if let Some(property) = data.invalid_property.as_deref() {
-            push(Some(&format!("invalid property {property}")));
+            push(&format!("invalid property {property}"), property);
         }
-        if let Some(privilege) = data.privilege_id.as_deref() {
-            push(Some(&format!("missing privilege {privilege}")));
+        if let Some(privilege) = data.privilege_id.as_deref()
+            && name != "NotAuthenticated"
+        {
+            push(&format!("missing privilege {privilege}"), privilege);
         }
         let message = if parts.is_empty() {
             name.clone()
@@ -222,7 +221,10 @@ impl Fault {
 
     /// Builds a fault from a `LocalizedMethodFault` of a task or a CNS operation result.
     pub fn from_localized(fault: LocalizedMethodFault) -> Self {
-        Self::from_data(fault.fault.unwrap_or_default(), fault.localized_message.as_deref())
+        Self::from_data(
+            fault.fault.unwrap_or_default(),
+            fault.localized_message.as_deref(),
+        )
     }
 }
 
@@ -230,19 +232,22 @@ impl Fault {
 #[derive(Debug)]
 pub(crate) enum ResponseError {
     /// The server answered with a SOAP fault.
-    Fault(Fault),
+    Fault(Box<Fault>),
     /// The body is not the expected XML.
     Malformed(String),
 }
 
-/// Parses a successful response body into the content of its one body element.
+/// Parses a response body into the content of its one body element; a SOAP fault (even
+/// with HTTP 200) is returned as [`ResponseError::Fault`].
 pub(crate) fn parse_response<T: DeserializeOwned>(xml: &str) -> Result<T, ResponseError> {
+    if (xml.contains(":Fault>") || xml.contains("<Fault>"))
+        && let Some(fault) = parse_fault(xml)
+    {
+        return Err(ResponseError::Fault(Box::new(fault)));
+    }
     quick_xml::de::from_str::<Envelope<Body<T>>>(xml)
         .map(|envelope| envelope.body.content)
-        .map_err(|err| match parse_fault(xml) {
-            Some(fault) => ResponseError::Fault(fault),
-            None => ResponseError::Malformed(err.to_string()),
-        })
+        .map_err(|err| ResponseError::Malformed(err.to_string()))
 }
 
 /// Parses a SOAP fault body; `None` when the body is not a fault.
@@ -252,11 +257,14 @@ pub(crate) fn parse_fault(xml: &str) -> Option<Fault> {
     if fault.faultcode.is_none() && fault.faultstring.is_none() && fault.detail.is_none() {
         return None;
     }
-    let data = fault.detail.and_then(|d| d.fault).unwrap_or_else(|| FaultData {
-        // No detail: the fault code (e.g. `ServerFaultCode`) is the best name there is.
-        kind: fault.faultcode.clone(),
-        ..FaultData::default()
-    });
+    let data = fault
+        .detail
+        .and_then(|d| d.fault)
+        .unwrap_or_else(|| FaultData {
+            // No detail: the fault code (e.g. `ServerFaultCode`) is the best name there is.
+            kind: fault.faultcode.clone(),
+            ..FaultData::default()
+        });
     Some(Fault::from_data(data, fault.faultstring.as_deref()))
 }
 

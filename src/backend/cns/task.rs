@@ -8,8 +8,9 @@ use tokio::time::Instant;
 use crate::backend::{BackendError, ErrorClass};
 
 use super::fault::{self, names};
-use super::session::{Endpoint, SoapClient};
+use super::session::SoapClient;
 use super::soap::{Fault, MoRef, Returnval};
+use super::transport::Endpoint;
 use super::vim::{
     ObjectSpec, PropertyFilterSpec, PropertySpec, RetrieveOptions, RetrievePropertiesEx,
     RetrieveResult, TaskInfo,
@@ -24,7 +25,7 @@ pub(crate) enum TaskOutcome<R> {
     /// `success`, with the task's result if it has one.
     Success(Option<R>),
     /// `error`, with the task's fault.
-    Error(Fault),
+    Error(Box<Fault>),
 }
 
 /// Polls `task` until it succeeds or fails, or `timeout` passes (a transient
@@ -43,9 +44,9 @@ pub(crate) async fn wait<R: DeserializeOwned>(
         match info.state.as_str() {
             "success" => return Ok(TaskOutcome::Success(info.result)),
             "error" => {
-                return Ok(TaskOutcome::Error(Fault::from_localized(
+                return Ok(TaskOutcome::Error(Box::new(Fault::from_localized(
                     info.error.unwrap_or_default(),
-                )));
+                ))));
             }
             state => tracing::trace!(%task, state, "waiting for vCenter task"),
         }
@@ -54,7 +55,10 @@ pub(crate) async fn wait<R: DeserializeOwned>(
                 ErrorClass::Transient,
                 operation,
                 names::TASK_TIMEOUT,
-                format!("{what}: vCenter task {} did not finish within {timeout:?}", task.value),
+                format!(
+                    "{what}: vCenter task {} did not finish within {timeout:?}",
+                    task.value
+                ),
             ));
         }
         tokio::time::sleep(delay).await;

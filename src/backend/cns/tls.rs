@@ -20,6 +20,8 @@ pub(crate) enum Trust<'a> {
     CaFile(&'a Path),
     /// No verification (`--vc-insecure`).
     Insecure,
+    /// No trusted certificate at all (plain-http URLs never use TLS).
+    Nothing,
 }
 
 /// Why no TLS configuration could be built.
@@ -42,7 +44,10 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Builds the client configuration for `trust`. `server` names the vCenter in the warning
 /// that `Trust::Insecure` logs.
-pub(crate) fn client_config(trust: Trust<'_>, server: &str) -> Result<ClientConfig, TlsConfigError> {
+pub(crate) fn client_config(
+    trust: Trust<'_>,
+    server: &str,
+) -> Result<ClientConfig, TlsConfigError> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
@@ -62,6 +67,9 @@ pub(crate) fn client_config(trust: Trust<'_>, server: &str) -> Result<ClientConf
         }
         Trust::CaFile(path) => builder
             .with_root_certificates(ca_file_roots(path)?)
+            .with_no_client_auth(),
+        Trust::Nothing => builder
+            .with_root_certificates(RootCertStore::empty())
             .with_no_client_auth(),
         Trust::SystemRoots => builder
             .with_root_certificates(system_roots()?)
@@ -98,10 +106,10 @@ fn system_roots() -> Result<RootCertStore, TlsConfigError> {
         tracing::debug!(ignored, "ignored unparsable system root certificates");
     }
     if added == 0 {
-        let detail = loaded
-            .errors
-            .first()
-            .map_or_else(|| "the trust store is empty".to_owned(), ToString::to_string);
+        let detail = loaded.errors.first().map_or_else(
+            || "the trust store is empty".to_owned(),
+            ToString::to_string,
+        );
         return Err(TlsConfigError::SystemRoots(detail));
     }
     Ok(roots)

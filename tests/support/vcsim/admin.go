@@ -55,6 +55,8 @@ func (h *harness) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	case p == "/debug/stats/reset" && r.Method == http.MethodPost:
 		h.stats.reset()
 		w.WriteHeader(http.StatusNoContent)
+	case p == "/debug/sessions/expire" && r.Method == http.MethodPost:
+		writeJSON(w, http.StatusOK, map[string]int{"expired": h.expireSessions()})
 	case p == "/debug" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, h.startLine())
 	default:

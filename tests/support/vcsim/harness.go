@@ -16,6 +16,7 @@ import (
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -36,6 +37,9 @@ type harness struct {
 	datastores []*datastore
 
 	fileMu sync.Mutex
+
+	sessionMu sync.Mutex
+	sessions  map[string]bool // keys handed out by Login, for POST /debug/sessions/expire
 }
 
 // datastore is one local datastore and the directory that backs it.
@@ -47,12 +51,9 @@ type datastore struct {
 }
 
 func newHarness(opts *options) (h *harness, err error) {
-	h = &harness{opts: opts, stats: newStats()}
-	if h.tmp, err = os.MkdirTemp("", "vcsim-harness-"); err != nil {
-		return nil, err
-	}
+	h = &harness{opts: opts, stats: newStats(), sessions: map[string]bool{}}
 	defer func() {
-		if err != nil {
+		if err != nil && h.tmp != "" {
 			_ = os.RemoveAll(h.tmp)
 		}
 	}()
@@ -107,7 +108,11 @@ func newHarness(opts *options) (h *harness, err error) {
 	if !opts.plainHTTP {
 		h.certFile = opts.certOut
 		if h.certFile == "" {
-			h.certFile = filepath.Join(h.tmp, "ca.pem")
+			tmp, terr := h.tempDir()
+			if terr != nil {
+				return nil, terr
+			}
+			h.certFile = filepath.Join(tmp, "ca.pem")
 		}
 		if m.Service.TLS, err = serverTLS(h.certFile); err != nil {
 			return nil, err
@@ -148,7 +153,23 @@ func (h *harness) close() {
 	if h.model != nil {
 		h.model.Remove()
 	}
-	_ = os.RemoveAll(h.tmp)
+	if h.tmp != "" {
+		_ = os.RemoveAll(h.tmp)
+	}
+}
+
+// tempDir creates (once) the directory removed on exit; it is only needed when
+// -datastore-dir or -cert-out is not given, so a SIGKILLed harness started with both
+// leaves nothing behind.
+func (h *harness) tempDir() (string, error) {
+	if h.tmp == "" {
+		dir, err := os.MkdirTemp("", "vcsim-harness-")
+		if err != nil {
+			return "", err
+		}
+		h.tmp = dir
+	}
+	return h.tmp, nil
 }
 
 func (h *harness) startLine() startLine {
@@ -192,7 +213,11 @@ func renameTopFolder(ctx context.Context, c *vim25.Client, name string) error {
 func (h *harness) createDatastores(ctx context.Context, c *vim25.Client) error {
 	root := h.opts.datastoreDir
 	if root == "" {
-		root = filepath.Join(h.tmp, "datastores")
+		tmp, err := h.tempDir()
+		if err != nil {
+			return err
+		}
+		root = filepath.Join(tmp, "datastores")
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
@@ -338,9 +363,50 @@ func (h *harness) handler(next http.Handler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			h.stats.serveCounted(w, r, next)
+			if h.stats.serveCounted(w, r, next) == "Login" {
+				h.rememberSession(w.Header())
+			}
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// rememberSession records the session key a successful Login set as a cookie.
+func (h *harness) rememberSession(header http.Header) {
+	for _, c := range (&http.Response{Header: header}).Cookies() {
+		if c.Name == soap.SessionCookieName && c.Value != "" {
+			h.sessionMu.Lock()
+			h.sessions[c.Value] = true
+			h.sessionMu.Unlock()
+		}
+	}
+}
+
+// expireSessions terminates every session Login handed out (as vCenter does when sessions
+// time out); the next call of such a client gets NotAuthenticated. Returns how many were
+// still alive.
+func (h *harness) expireSessions() int {
+	h.sessionMu.Lock()
+	keys := make([]string, 0, len(h.sessions))
+	for k := range h.sessions {
+		keys = append(keys, k)
+	}
+	h.sessions = map[string]bool{}
+	h.sessionMu.Unlock()
+
+	sm := simulator.Map.SessionManager()
+	// TerminateSession refuses to end the caller's own session; the caller here is nobody.
+	ctx := &simulator.Context{Context: context.Background(), Map: simulator.Map, Session: &simulator.Session{}}
+	n := 0
+	for _, k := range keys {
+		var res soap.HasFault
+		simulator.Map.WithLock(sm, func() {
+			res = sm.TerminateSession(ctx, &types.TerminateSession{This: sm.Reference(), SessionId: []string{k}})
+		})
+		if res.Fault() == nil {
+			n++
+		}
+	}
+	return n
 }

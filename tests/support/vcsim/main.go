@@ -70,14 +70,14 @@ type options struct {
 
 // startLine is the one JSON line printed on stdout once the simulator is serving.
 type startLine struct {
-	URL           string           `json:"url"`
-	Datacenter    string           `json:"datacenter"`
-	Datacenters   []string         `json:"datacenters"`
-	Datastores    []datastoreEntry `json:"datastores"`
-	Cert          string           `json:"cert"`
-	Admin         string           `json:"admin"`
-	Username      string           `json:"username"`
-	CnsQuery      string           `json:"cnsQuery"`
+	URL         string           `json:"url"`
+	Datacenter  string           `json:"datacenter"`
+	Datacenters []string         `json:"datacenters"`
+	Datastores  []datastoreEntry `json:"datastores"`
+	Cert        string           `json:"cert"`
+	Admin       string           `json:"admin"`
+	Username    string           `json:"username"`
+	CnsQuery    string           `json:"cnsQuery"`
 }
 
 type datastoreEntry struct {
@@ -131,6 +131,9 @@ func main() {
 	log.SetPrefix("vcsim-harness: ")
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	opts := parseFlags()
+	// Installed before start-up, so a SIGTERM that arrives early still ends with exit 0.
+	stop := make(chan os.Signal, 2)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 
 	h, err := newHarness(opts)
 	if err != nil {
@@ -144,8 +147,6 @@ func main() {
 	fmt.Println(string(line))
 	_ = os.Stdout.Sync()
 
-	stop := make(chan os.Signal, 2)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	if opts.stdinEOFExit {
 		go func() {
 			buf := make([]byte, 256)

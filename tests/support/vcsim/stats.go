@@ -116,13 +116,14 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// serveCounted reads the body, names the SOAP method, and counts the call around next.
-func (s *stats) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// serveCounted reads the body, names the SOAP method, and counts the call around next;
+// it returns the method name.
+func (s *stats) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler) string {
 	body, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
 	if err != nil {
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-		return
+		return ""
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	method := soapMethod(body)
@@ -131,6 +132,7 @@ func (s *stats) serveCounted(w http.ResponseWriter, r *http.Request, next http.H
 	rec := &statusRecorder{ResponseWriter: w}
 	defer func() { s.end(method, rec.status) }()
 	next.ServeHTTP(rec, r)
+	return method
 }
 
 // soapMethod returns the local name of the first element inside the SOAP Body, or

@@ -23,7 +23,11 @@ impl FieldCause {
         } else {
             format!("Invalid value: {shown}: {detail}")
         };
-        FieldCause { reason: "FieldValueInvalid", field: field.to_string(), message }
+        FieldCause {
+            reason: "FieldValueInvalid",
+            field: field.to_string(),
+            message,
+        }
     }
 
     /// `field: Required value`.
@@ -134,7 +138,13 @@ impl Target<'_> {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None, retry_after: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     /// 400 BadRequest.
@@ -144,20 +154,31 @@ impl ApiError {
 
     /// 404 NotFound for an object.
     pub fn not_found(t: Target<'_>) -> Self {
-        let mut e = Self::new(404, "NotFound", format!("{} {:?} not found", t.qualified(), t.name));
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            format!("{} {:?} not found", t.qualified(), t.name),
+        );
         e.details = Some(t.details());
         e
     }
 
     /// 404 NotFound for a path that serves nothing.
     pub fn no_route(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     /// 409 AlreadyExists.
     pub fn already_exists(t: Target<'_>) -> Self {
-        let mut e =
-            Self::new(409, "AlreadyExists", format!("{} {:?} already exists", t.qualified(), t.name));
+        let mut e = Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} {:?} already exists", t.qualified(), t.name),
+        );
         e.details = Some(t.details());
         e
     }
@@ -167,10 +188,19 @@ impl ApiError {
         let mut e = Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} {:?}: {why}", t.qualified(), t.name),
+            format!(
+                "Operation cannot be fulfilled on {} {:?}: {why}",
+                t.qualified(),
+                t.name
+            ),
         );
         e.details = Some(t.details());
         e
+    }
+
+    /// 409 Conflict with a free-form message (server-side apply conflicts).
+    pub fn conflict_plain(message: impl Into<String>) -> Self {
+        Self::new(409, "Conflict", message)
     }
 
     /// 409 Conflict with the standard "object has been modified" text.
@@ -183,20 +213,33 @@ impl ApiError {
 
     /// 422 Invalid naming each bad field.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<FieldCause>) -> Self {
-        let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let rendered: Vec<String> = causes.iter().map(FieldCause::render).collect();
         let joined = if rendered.len() == 1 {
             rendered[0].clone()
         } else {
             format!("[{}]", rendered.join(", "))
         };
-        let mut e = Self::new(422, "Invalid", format!("{qualified} {name:?} is invalid: {joined}"));
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} {name:?} is invalid: {joined}"),
+        );
         let causes: Vec<Value> = causes
             .iter()
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
         e.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
         e
+    }
+
+    /// 422 without field causes (a patch that does not apply).
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
     }
 
     /// 410 Gone / Expired for a resourceVersion that left the history window.
@@ -211,22 +254,42 @@ impl ApiError {
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type(ct: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {ct:?})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {ct:?})"
+            ),
+        )
     }
 
     /// 406 NotAcceptable.
     pub fn not_acceptable(accept: &str) -> Self {
-        Self::new(406, "NotAcceptable", format!("only the following media types are accepted: application/json, application/yaml (got {accept:?})"))
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json, application/yaml (got {accept:?})"
+            ),
+        )
     }
 
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {}", message.into()),
+        )
     }
 
     /// 429 TooManyRequests with Retry-After.
     pub fn too_many_requests(retry_after: u64) -> Self {
-        let mut e = Self::new(429, "TooManyRequests", "the server has received too many requests and has asked us to try again later");
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
         e.retry_after = Some(retry_after);
         e.details = Some(json!({"retryAfterSeconds": retry_after}));
         e
@@ -265,20 +328,34 @@ mod tests {
             "VolumeMigration",
             "volmig.io",
             "a",
-            vec![FieldCause::invalid("spec.volumePath", &json!("x"), "volumePath is immutable")],
+            vec![FieldCause::invalid(
+                "spec.volumePath",
+                &json!("x"),
+                "volumePath is immutable",
+            )],
         );
         assert_eq!(e.code, 422);
         assert_eq!(
             e.message,
             "VolumeMigration.volmig.io \"a\" is invalid: spec.volumePath: Invalid value: \"x\": volumePath is immutable"
         );
-        assert_eq!(e.status()["details"]["causes"][0]["field"], "spec.volumePath");
+        assert_eq!(
+            e.status()["details"]["causes"][0]["field"],
+            "spec.volumePath"
+        );
     }
 
     #[test]
     fn conflict_message_matches_apiserver() {
-        let e = ApiError::stale(Target { resource: "persistentvolumes", group: "", name: "pv1" });
-        assert!(e.message.starts_with("Operation cannot be fulfilled on persistentvolumes \"pv1\""));
+        let e = ApiError::stale(Target {
+            resource: "persistentvolumes",
+            group: "",
+            name: "pv1",
+        });
+        assert!(
+            e.message
+                .starts_with("Operation cannot be fulfilled on persistentvolumes \"pv1\"")
+        );
         assert_eq!(e.status()["reason"], "Conflict");
     }
 }

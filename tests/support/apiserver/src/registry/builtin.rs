@@ -26,11 +26,19 @@ pub struct BuiltinColumn {
 }
 
 const fn col(name: &'static str, path: &'static str) -> BuiltinColumn {
-    BuiltinColumn { name, type_: "string", source: ColumnSource::Path(path) }
+    BuiltinColumn {
+        name,
+        type_: "string",
+        source: ColumnSource::Path(path),
+    }
 }
 
 const fn func(name: &'static str, type_: &'static str, f: fn(&Value) -> Value) -> BuiltinColumn {
-    BuiltinColumn { name, type_, source: ColumnSource::Func(f) }
+    BuiltinColumn {
+        name,
+        type_,
+        source: ColumnSource::Func(f),
+    }
 }
 
 fn access_modes(o: &Value) -> Value {
@@ -51,7 +59,9 @@ fn access_modes(o: &Value) -> Value {
 }
 
 fn claim(o: &Value) -> Value {
-    let ns = o.pointer("/spec/claimRef/namespace").and_then(Value::as_str);
+    let ns = o
+        .pointer("/spec/claimRef/namespace")
+        .and_then(Value::as_str);
     let name = o.pointer("/spec/claimRef/name").and_then(Value::as_str);
     match (ns, name) {
         (Some(ns), Some(n)) => Value::String(format!("{ns}/{n}")),
@@ -66,14 +76,26 @@ fn data_count(o: &Value) -> Value {
 }
 
 fn ready_replicas(o: &Value) -> Value {
-    let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
-    let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+    let ready = o
+        .pointer("/status/readyReplicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let want = o
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     Value::String(format!("{ready}/{want}"))
 }
 
 fn event_object(o: &Value) -> Value {
-    let kind = o.pointer("/involvedObject/kind").and_then(Value::as_str).unwrap_or("");
-    let name = o.pointer("/involvedObject/name").and_then(Value::as_str).unwrap_or("");
+    let kind = o
+        .pointer("/involvedObject/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let name = o
+        .pointer("/involvedObject/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     Value::String(format!("{}/{name}", kind.to_lowercase()))
 }
 
@@ -102,11 +124,16 @@ const EVENT_COLUMNS: &[BuiltinColumn] = &[
 const DATA_COLUMNS: &[BuiltinColumn] = &[func("DATA", "integer", data_count)];
 const SECRET_COLUMNS: &[BuiltinColumn] =
     &[col("TYPE", ".type"), func("DATA", "integer", data_count)];
-const SVC_COLUMNS: &[BuiltinColumn] = &[col("TYPE", ".spec.type"), col("CLUSTER-IP", ".spec.clusterIP")];
+const SVC_COLUMNS: &[BuiltinColumn] = &[
+    col("TYPE", ".spec.type"),
+    col("CLUSTER-IP", ".spec.clusterIP"),
+];
 const LEASE_COLUMNS: &[BuiltinColumn] = &[col("HOLDER", ".spec.holderIdentity")];
 const DEPLOY_COLUMNS: &[BuiltinColumn] = &[func("READY", "string", ready_replicas)];
-const SC_COLUMNS: &[BuiltinColumn] =
-    &[col("PROVISIONER", ".provisioner"), col("RECLAIMPOLICY", ".reclaimPolicy")];
+const SC_COLUMNS: &[BuiltinColumn] = &[
+    col("PROVISIONER", ".provisioner"),
+    col("RECLAIMPOLICY", ".reclaimPolicy"),
+];
 
 struct Spec {
     group: &'static str,
@@ -173,24 +200,136 @@ fn specs() -> Vec<Spec> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
     let core = |p| ("", "v1", p);
     vec![
-        spec::<a::core::v1::Namespace>(core("namespaces"), "Namespace", false, &["ns"], true, NS_COLUMNS),
-        spec::<a::core::v1::PersistentVolume>(core("persistentvolumes"), "PersistentVolume", false, &["pv"], true, PV_COLUMNS),
-        spec::<a::core::v1::PersistentVolumeClaim>(core("persistentvolumeclaims"), "PersistentVolumeClaim", true, &["pvc"], true, PVC_COLUMNS),
+        spec::<a::core::v1::Namespace>(
+            core("namespaces"),
+            "Namespace",
+            false,
+            &["ns"],
+            true,
+            NS_COLUMNS,
+        ),
+        spec::<a::core::v1::PersistentVolume>(
+            core("persistentvolumes"),
+            "PersistentVolume",
+            false,
+            &["pv"],
+            true,
+            PV_COLUMNS,
+        ),
+        spec::<a::core::v1::PersistentVolumeClaim>(
+            core("persistentvolumeclaims"),
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+            true,
+            PVC_COLUMNS,
+        ),
         spec::<a::core::v1::Event>(core("events"), "Event", true, &["ev"], false, EVENT_COLUMNS),
-        spec::<a::core::v1::ServiceAccount>(core("serviceaccounts"), "ServiceAccount", true, &["sa"], false, NO_COLUMNS),
-        spec::<a::core::v1::Service>(core("services"), "Service", true, &["svc"], true, SVC_COLUMNS),
+        spec::<a::core::v1::ServiceAccount>(
+            core("serviceaccounts"),
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+            NO_COLUMNS,
+        ),
+        spec::<a::core::v1::Service>(
+            core("services"),
+            "Service",
+            true,
+            &["svc"],
+            true,
+            SVC_COLUMNS,
+        ),
         spec::<a::core::v1::Secret>(core("secrets"), "Secret", true, &[], false, SECRET_COLUMNS),
-        spec::<a::core::v1::ConfigMap>(core("configmaps"), "ConfigMap", true, &["cm"], false, DATA_COLUMNS),
-        spec::<a::events::v1::Event>(("events.k8s.io", "v1", "events"), "Event", true, &["ev"], false, EVENT_COLUMNS),
-        spec::<a::coordination::v1::Lease>(("coordination.k8s.io", "v1", "leases"), "Lease", true, &[], false, LEASE_COLUMNS),
-        spec::<ext::CustomResourceDefinition>(("apiextensions.k8s.io", "v1", "customresourcedefinitions"), "CustomResourceDefinition", false, &["crd", "crds"], true, NO_COLUMNS),
-        spec::<a::apps::v1::Deployment>(("apps", "v1", "deployments"), "Deployment", true, &["deploy"], true, DEPLOY_COLUMNS),
-        spec::<a::rbac::v1::Role>(("rbac.authorization.k8s.io", "v1", "roles"), "Role", true, &[], false, NO_COLUMNS),
-        spec::<a::rbac::v1::RoleBinding>(("rbac.authorization.k8s.io", "v1", "rolebindings"), "RoleBinding", true, &[], false, NO_COLUMNS),
-        spec::<a::rbac::v1::ClusterRole>(("rbac.authorization.k8s.io", "v1", "clusterroles"), "ClusterRole", false, &[], false, NO_COLUMNS),
-        spec::<a::rbac::v1::ClusterRoleBinding>(("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), "ClusterRoleBinding", false, &[], false, NO_COLUMNS),
-        spec::<a::policy::v1::PodDisruptionBudget>(("policy", "v1", "poddisruptionbudgets"), "PodDisruptionBudget", true, &["pdb"], true, NO_COLUMNS),
-        spec::<a::storage::v1::StorageClass>(("storage.k8s.io", "v1", "storageclasses"), "StorageClass", false, &["sc"], false, SC_COLUMNS),
+        spec::<a::core::v1::ConfigMap>(
+            core("configmaps"),
+            "ConfigMap",
+            true,
+            &["cm"],
+            false,
+            DATA_COLUMNS,
+        ),
+        spec::<a::events::v1::Event>(
+            ("events.k8s.io", "v1", "events"),
+            "Event",
+            true,
+            &["ev"],
+            false,
+            EVENT_COLUMNS,
+        ),
+        spec::<a::coordination::v1::Lease>(
+            ("coordination.k8s.io", "v1", "leases"),
+            "Lease",
+            true,
+            &[],
+            false,
+            LEASE_COLUMNS,
+        ),
+        spec::<ext::CustomResourceDefinition>(
+            ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+            NO_COLUMNS,
+        ),
+        spec::<a::apps::v1::Deployment>(
+            ("apps", "v1", "deployments"),
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+            DEPLOY_COLUMNS,
+        ),
+        spec::<a::rbac::v1::Role>(
+            ("rbac.authorization.k8s.io", "v1", "roles"),
+            "Role",
+            true,
+            &[],
+            false,
+            NO_COLUMNS,
+        ),
+        spec::<a::rbac::v1::RoleBinding>(
+            ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            "RoleBinding",
+            true,
+            &[],
+            false,
+            NO_COLUMNS,
+        ),
+        spec::<a::rbac::v1::ClusterRole>(
+            ("rbac.authorization.k8s.io", "v1", "clusterroles"),
+            "ClusterRole",
+            false,
+            &[],
+            false,
+            NO_COLUMNS,
+        ),
+        spec::<a::rbac::v1::ClusterRoleBinding>(
+            ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+            NO_COLUMNS,
+        ),
+        spec::<a::policy::v1::PodDisruptionBudget>(
+            ("policy", "v1", "poddisruptionbudgets"),
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+            NO_COLUMNS,
+        ),
+        spec::<a::storage::v1::StorageClass>(
+            ("storage.k8s.io", "v1", "storageclasses"),
+            "StorageClass",
+            false,
+            &["sc"],
+            false,
+            SC_COLUMNS,
+        ),
     ]
 }
 
@@ -201,9 +340,15 @@ pub fn builtin_defs() -> Vec<ResourceDef> {
         .map(|s| {
             let events_v1 = s.group == "events.k8s.io";
             let storage = if events_v1 {
-                StorageKey { group: String::new(), resource: "events".into() }
+                StorageKey {
+                    group: String::new(),
+                    resource: "events".into(),
+                }
             } else {
-                StorageKey { group: s.group.into(), resource: s.plural.into() }
+                StorageKey {
+                    group: s.group.into(),
+                    resource: s.plural.into(),
+                }
             };
             // CRDs, like custom resources, insist on a resourceVersion for updates.
             let unconditional_update = s.plural != "customresourcedefinitions";
@@ -224,7 +369,11 @@ pub fn builtin_defs() -> Vec<ResourceDef> {
                 short_names: s.short.iter().map(|x| x.to_string()).collect(),
                 categories: Vec::new(),
                 storage,
-                conversion: if events_v1 { Conversion::EventsV1 } else { Conversion::None },
+                conversion: if events_v1 {
+                    Conversion::EventsV1
+                } else {
+                    Conversion::None
+                },
                 builtin: Some(BuiltinInfo {
                     schema_name: s.schema_name,
                     columns: s.columns,

@@ -14,14 +14,20 @@ fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
 fn strings(v: &Value, ptr: &str) -> Vec<String> {
     v.pointer(ptr)
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn is_dns_label(x: &str) -> bool {
     !x.is_empty()
         && x.len() <= 63
-        && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && x.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !x.starts_with('-')
         && !x.ends_with('-')
 }
@@ -65,7 +71,10 @@ pub fn validate_crd(crd: &Value) -> Vec<FieldCause> {
         causes.push(FieldCause::unsupported(
             "spec.scope",
             &Value::String(scope.into()),
-            &[Value::String("Cluster".into()), Value::String("Namespaced".into())],
+            &[
+                Value::String("Cluster".into()),
+                Value::String("Namespaced".into()),
+            ],
         ));
     }
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
@@ -73,7 +82,10 @@ pub fn validate_crd(crd: &Value) -> Vec<FieldCause> {
         None => causes.push(FieldCause::required("spec.versions")),
         Some(vs) if vs.is_empty() => causes.push(FieldCause::required("spec.versions")),
         Some(vs) => {
-            let storage = vs.iter().filter(|v| v["storage"] == Value::Bool(true)).count();
+            let storage = vs
+                .iter()
+                .filter(|v| v["storage"] == Value::Bool(true))
+                .count();
             if storage != 1 {
                 causes.push(FieldCause::invalid(
                     "spec.versions",
@@ -103,7 +115,12 @@ pub fn defs_from_crd(crd: &Value) -> Option<ResourceDef> {
     let kind = s(crd, "/spec/names/kind").to_string();
     let mut versions: Vec<VersionDef> = Vec::new();
     let mut storage_version = String::new();
-    for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
+    for v in crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let name = s(v, "/name").to_string();
         if v["storage"] == Value::Bool(true) {
             storage_version.clone_from(&name);
@@ -145,7 +162,10 @@ pub fn defs_from_crd(crd: &Value) -> Option<ResourceDef> {
         x => x.to_string(),
     };
     Some(ResourceDef {
-        storage: StorageKey { group: group.clone(), resource: plural.clone() },
+        storage: StorageKey {
+            group: group.clone(),
+            resource: plural.clone(),
+        },
         group,
         versions,
         storage_version,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use builtin::{BuiltinColumn, builtin_defs};
+pub use builtin::{BuiltinColumn, ColumnSource, add_builtin_schemas, builtin_defs};
 pub use crd::{defs_from_crd, validate_crd};
 
 /// Where a resource's objects are stored: objects of two served resources that share storage
@@ -130,7 +130,9 @@ impl ResourceDef {
 
     /// Whether an update may omit `metadata.resourceVersion`.
     pub fn unconditional_update(&self) -> bool {
-        self.builtin.as_ref().is_some_and(|b| b.unconditional_update)
+        self.builtin
+            .as_ref()
+            .is_some_and(|b| b.unconditional_update)
     }
 }
 
@@ -178,7 +180,8 @@ impl Registry {
 
     /// Adds or replaces a resource.
     pub fn insert(&mut self, def: ResourceDef) {
-        self.defs.insert((def.group.clone(), def.plural.clone()), Arc::new(def));
+        self.defs
+            .insert((def.group.clone(), def.plural.clone()), Arc::new(def));
     }
 
     /// Removes a resource.
@@ -196,7 +199,9 @@ impl Registry {
 
     /// Looks a resource up by group and plural.
     pub fn get(&self, group: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-        self.defs.get(&(group.to_string(), plural.to_string())).cloned()
+        self.defs
+            .get(&(group.to_string(), plural.to_string()))
+            .cloned()
     }
 
     /// Every resource.
@@ -210,7 +215,9 @@ impl Registry {
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'a Arc<ResourceDef>> + 'a {
-        self.defs.values().filter(move |d| d.group == group && d.version(version).is_some())
+        self.defs
+            .values()
+            .filter(move |d| d.group == group && d.version(version).is_some())
     }
 
     /// Groups (except core) with their versions, highest priority first.
@@ -239,7 +246,10 @@ mod tests {
     fn version_priority_orders_like_kubernetes() {
         let mut v = vec!["v1alpha1", "v2", "foo", "v1beta2", "v1", "v1beta1", "v10"];
         v.sort_by(|a, b| version_priority(a, b));
-        assert_eq!(v, vec!["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
+        assert_eq!(
+            v,
+            vec!["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]
+        );
     }
 
     #[test]
@@ -259,6 +269,12 @@ mod tests {
             assert!(r.lookup(g, v, p).is_some(), "{g}/{v}/{p} missing");
         }
         let ev = r.lookup("events.k8s.io", "v1", "events").expect("events");
-        assert_eq!(ev.storage, StorageKey { group: String::new(), resource: "events".into() });
+        assert_eq!(
+            ev.storage,
+            StorageKey {
+                group: String::new(),
+                resource: "events".into()
+            }
+        );
     }
 }

@@ -9,6 +9,8 @@ use crate::registry::{add_builtin_schemas, builtin_defs};
 /// Schema name of `ObjectMeta`.
 pub const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
+const JSON_ANY: &str = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON";
+
 /// All built-in schema definitions, keyed by name (`io.k8s.api.core.v1.PersistentVolume`),
 /// with `x-kubernetes-group-version-kind` on each served kind.
 pub fn definitions() -> &'static Map<String, Value> {
@@ -17,6 +19,14 @@ pub fn definitions() -> &'static Map<String, Value> {
         let mut g = schemars::generate::SchemaSettings::openapi3().into_generator();
         add_builtin_schemas(&mut g);
         let mut defs = g.take_definitions(true);
+        // k8s-openapi types `JSON` (any JSON value: CRD defaults, enums, examples) as an object.
+        if let Some(Value::Object(s)) = defs.get_mut(JSON_ANY) {
+            s.remove("type");
+            s.insert(
+                "x-kubernetes-preserve-unknown-fields".into(),
+                Value::Bool(true),
+            );
+        }
         for d in builtin_defs() {
             let Some(b) = &d.builtin else { continue };
             if let Some(Value::Object(s)) = defs.get_mut(&b.schema_name) {
@@ -44,7 +54,9 @@ pub fn closure(root: &str) -> Vec<String> {
         if seen.contains(&name) {
             continue;
         }
-        let Some(schema) = defs.get(&name) else { continue };
+        let Some(schema) = defs.get(&name) else {
+            continue;
+        };
         collect_refs(schema, &mut stack);
         seen.push(name);
     }
@@ -76,9 +88,16 @@ mod tests {
         let spec = &defs["io.k8s.api.core.v1.PersistentVolumeSpec"];
         assert!(spec["properties"]["vsphereVolume"].is_object());
         let pv = &defs["io.k8s.api.core.v1.PersistentVolume"];
-        assert_eq!(pv["x-kubernetes-group-version-kind"][0]["kind"], "PersistentVolume");
+        assert_eq!(
+            pv["x-kubernetes-group-version-kind"][0]["kind"],
+            "PersistentVolume"
+        );
         let names = closure("io.k8s.api.core.v1.PersistentVolume");
         assert!(names.iter().any(|n| n == OBJECT_META));
-        assert!(names.iter().any(|n| n == "io.k8s.api.core.v1.VsphereVirtualDiskVolumeSource"));
+        assert!(
+            names
+                .iter()
+                .any(|n| n == "io.k8s.api.core.v1.VsphereVirtualDiskVolumeSource")
+        );
     }
 }

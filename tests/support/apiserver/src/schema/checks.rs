@@ -25,7 +25,10 @@ fn regex_for(pattern: &str) -> Option<Regex> {
         .or_insert_with(|| {
             let r = Regex::new(pattern);
             if r.is_err() {
-                tracing::warn!(pattern, "ignoring a schema pattern the regex engine cannot compile");
+                tracing::warn!(
+                    pattern,
+                    "ignoring a schema pattern the regex engine cannot compile"
+                );
             }
             r.ok()
         })
@@ -39,7 +42,10 @@ pub(super) fn scalar(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Fie
         if let Some(max) = num(schema, "maxLength")
             && len > max
         {
-            causes.push(FieldCause::too_many(path, format!("Too long: may not be more than {max} bytes")));
+            causes.push(FieldCause::too_many(
+                path,
+                format!("Too long: may not be more than {max} bytes"),
+            ));
         }
         if let Some(min) = num(schema, "minLength")
             && len < min
@@ -54,29 +60,53 @@ pub(super) fn scalar(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Fie
             && let Some(re) = regex_for(p)
             && !re.is_match(s)
         {
-            causes.push(FieldCause::invalid(path, v, format!("{path} in body should match '{p}'")));
+            causes.push(FieldCause::invalid(
+                path,
+                v,
+                format!("{path} in body should match '{p}'"),
+            ));
         }
     }
     if let Some(x) = v.as_f64() {
         if let Some(min) = num(schema, "minimum") {
             let excl = flag(schema, "exclusiveMinimum");
             if (excl && x <= min) || (!excl && x < min) {
-                let op = if excl { "greater than" } else { "greater than or equal to" };
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should be {op} {min}")));
+                let op = if excl {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be {op} {min}"),
+                ));
             }
         }
         if let Some(max) = num(schema, "maximum") {
             let excl = flag(schema, "exclusiveMaximum");
             if (excl && x >= max) || (!excl && x > max) {
-                let op = if excl { "less than" } else { "less than or equal to" };
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should be {op} {max}")));
+                let op = if excl {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be {op} {max}"),
+                ));
             }
         }
         if let Some(m) = num(schema, "multipleOf")
             && m > 0.0
             && (x / m).fract().abs() > f64::EPSILON
         {
-            causes.push(FieldCause::invalid(path, v, format!("{path} in body should be a multiple of {m}")));
+            causes.push(FieldCause::invalid(
+                path,
+                v,
+                format!("{path} in body should be a multiple of {m}"),
+            ));
         }
     }
 }
@@ -88,7 +118,10 @@ pub(super) fn array(schema: &Value, items: &[Value], path: &str, causes: &mut Ve
     if let Some(max) = num(schema, "maxItems")
         && n > max
     {
-        causes.push(FieldCause::too_many(path, format!("Too many: {n}: must have at most {max} items")));
+        causes.push(FieldCause::too_many(
+            path,
+            format!("Too many: {n}: must have at most {max} items"),
+        ));
     }
     if let Some(min) = num(schema, "minItems")
         && n < min
@@ -114,12 +147,20 @@ pub(super) fn array(schema: &Value, items: &[Value], path: &str, causes: &mut Ve
 }
 
 /// Checks of objects (property counts).
-pub(super) fn object(schema: &Value, obj: &Map<String, Value>, path: &str, causes: &mut Vec<FieldCause>) {
+pub(super) fn object(
+    schema: &Value,
+    obj: &Map<String, Value>,
+    path: &str,
+    causes: &mut Vec<FieldCause>,
+) {
     let n = obj.len() as f64;
     if let Some(max) = num(schema, "maxProperties")
         && n > max
     {
-        causes.push(FieldCause::too_many(path, format!("Too many: {n}: must have at most {max} items")));
+        causes.push(FieldCause::too_many(
+            path,
+            format!("Too many: {n}: must have at most {max} items"),
+        ));
     }
     if let Some(min) = num(schema, "minProperties")
         && n < min
@@ -134,7 +175,10 @@ pub(super) fn object(schema: &Value, obj: &Map<String, Value>, path: &str, cause
 
 fn passes(mode: Mode<'_>, schema: &Value, value: &Value, path: &str) -> bool {
     let mut copy = value.clone();
-    let mut w = Walker { mode, out: Default::default() };
+    let mut w = Walker {
+        mode,
+        out: Default::default(),
+    };
     w.visit(schema, &mut copy, None, path);
     w.out.causes.is_empty()
 }
@@ -144,14 +188,19 @@ pub(super) fn composition(w: &mut Walker<'_>, schema: &Value, value: &Value, pat
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(value)
     {
-        w.out.causes.push(FieldCause::unsupported(path, value, allowed));
+        w.out
+            .causes
+            .push(FieldCause::unsupported(path, value, allowed));
     }
     let mode = w.mode;
     if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
         for s in all {
             if s.get("$ref").is_none() && !passes(mode, s, value, path) {
                 let mut copy = value.clone();
-                let mut sub = Walker { mode, out: Default::default() };
+                let mut sub = Walker {
+                    mode,
+                    out: Default::default(),
+                };
                 sub.visit(s, &mut copy, None, path);
                 w.out.causes.extend(sub.out.causes);
             }

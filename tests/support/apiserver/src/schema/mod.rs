@@ -45,7 +45,11 @@ struct Walker<'a> {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// Validates, prunes and defaults `value` in place against `schema`.
@@ -59,7 +63,10 @@ pub fn validate(
     old: Option<&Value>,
     skip_root: &[&str],
 ) -> Outcome {
-    let mut w = Walker { mode, out: Outcome::default() };
+    let mut w = Walker {
+        mode,
+        out: Outcome::default(),
+    };
     w.visit_root(schema, value, old, skip_root);
     w.out
 }
@@ -93,10 +100,18 @@ impl<'a> Walker<'a> {
         cur
     }
 
-    fn visit_root(&mut self, schema: &Value, value: &mut Value, old: Option<&Value>, skip: &[&str]) {
+    fn visit_root(
+        &mut self,
+        schema: &Value,
+        value: &mut Value,
+        old: Option<&Value>,
+        skip: &[&str],
+    ) {
         let schema = self.resolve(schema);
         let Some(obj) = value.as_object_mut() else {
-            self.out.causes.push(FieldCause::invalid("", value, "must be an object"));
+            self.out
+                .causes
+                .push(FieldCause::invalid("", value, "must be an object"));
             return;
         };
         let props = schema.get("properties").and_then(Value::as_object);
@@ -129,7 +144,8 @@ impl<'a> Walker<'a> {
             _ => None,
         };
         let Some(sub) = sub else {
-            let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+            let preserve = schema.get("x-kubernetes-preserve-unknown-fields")
+                == Some(&Value::Bool(true))
                 || additional == Some(&Value::Bool(true))
                 || (!self.mode.custom && props.is_none());
             if !preserve {
@@ -152,14 +168,18 @@ impl<'a> Walker<'a> {
         let schema = self.resolve(schema);
         if value.is_null() {
             if schema.get("nullable") != Some(&Value::Bool(true)) {
-                self.out.causes.push(FieldCause::invalid(path, value, format!("{path} in body must not be null")));
+                self.out.causes.push(FieldCause::invalid(
+                    path,
+                    value,
+                    format!("{path} in body must not be null"),
+                ));
             }
             return;
         }
         if !self.type_ok(schema, value, path) {
             return;
         }
-        match value {
+        match &mut *value {
             Value::Object(obj) => {
                 let embedded =
                     schema.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true));
@@ -184,9 +204,9 @@ impl<'a> Walker<'a> {
                     checks::array(schema, items, path, &mut self.out.causes);
                 }
             }
-            scalar => {
+            _ => {
                 if self.mode.custom {
-                    checks::scalar(schema, scalar, path, &mut self.out.causes);
+                    checks::scalar(schema, value, path, &mut self.out.causes);
                 }
             }
         }
@@ -219,7 +239,12 @@ impl<'a> Walker<'a> {
                 }
             }
         }
-        for req in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for req in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(r) = req.as_str()
                 && !obj.contains_key(r)
             {
@@ -237,7 +262,9 @@ impl<'a> Walker<'a> {
             self.type_error(path, value, "integer or string");
             return false;
         }
-        let Some(t) = schema.get("type").and_then(Value::as_str) else { return true };
+        let Some(t) = schema.get("type").and_then(Value::as_str) else {
+            return true;
+        };
         let ok = match t {
             "object" => value.is_object(),
             "array" => value.is_array(),

@@ -18,7 +18,10 @@ fn log_unsupported_once(rule: &str) {
     let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
     let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
     if seen.insert(rule.to_string()) {
-        tracing::info!(rule, "x-kubernetes-validations rule not supported by the test server; ignored");
+        tracing::info!(
+            rule,
+            "x-kubernetes-validations rule not supported by the test server; ignored"
+        );
     }
 }
 
@@ -31,11 +34,16 @@ pub(super) fn check(
     path: &str,
     causes: &mut Vec<FieldCause>,
 ) {
-    let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) else {
+    let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    else {
         return;
     };
     for r in rules {
-        let Some(rule) = r.get("rule").and_then(Value::as_str) else { continue };
+        let Some(rule) = r.get("rule").and_then(Value::as_str) else {
+            continue;
+        };
         let n = normalized(rule);
         let holds = match n.as_str() {
             "self==oldSelf" | "oldSelf==self" => old.is_none_or(|o| o == value),
@@ -76,17 +84,32 @@ mod tests {
     fn immutability_holds_on_create_and_equal_update() {
         let mut causes = Vec::new();
         check(&schema(), &json!("a"), None, "spec.volumePath", &mut causes);
-        check(&schema(), &json!("a"), Some(&json!("a")), "spec.volumePath", &mut causes);
+        check(
+            &schema(),
+            &json!("a"),
+            Some(&json!("a")),
+            "spec.volumePath",
+            &mut causes,
+        );
         assert!(causes.is_empty());
     }
 
     #[test]
     fn immutability_fails_on_change() {
         let mut causes = Vec::new();
-        check(&schema(), &json!("b"), Some(&json!("a")), "spec.volumePath", &mut causes);
+        check(
+            &schema(),
+            &json!("b"),
+            Some(&json!("a")),
+            "spec.volumePath",
+            &mut causes,
+        );
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "spec.volumePath");
-        assert_eq!(causes[0].message, "Invalid value: \"string\": volumePath is immutable");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"string\": volumePath is immutable"
+        );
     }
 
     #[test]

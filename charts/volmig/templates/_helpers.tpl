@@ -1,0 +1,114 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "volmig.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every object name. */}}
+{{- define "volmig.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "volmig.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the pods; never change them in an upgrade. */}}
+{{- define "volmig.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "volmig.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "volmig.labels" -}}
+helm.sh/chart: {{ include "volmig.chart" . }}
+{{ include "volmig.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: volmig
+{{- end }}
+
+{{- define "volmig.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "volmig.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Namespace of the leader-election Lease. */}}
+{{- define "volmig.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.leaseNamespace }}
+{{- end }}
+
+{{/* Name of the Secret holding the credentials file. */}}
+{{- define "volmig.credentialsSecretName" -}}
+{{- default (printf "%s-vcenter-credentials" (include "volmig.fullname" .)) .Values.vcenter.credentials.existingSecret }}
+{{- end }}
+
+{{/* Key of the credentials file inside that Secret. */}}
+{{- define "volmig.credentialsSecretKey" -}}
+{{- if .Values.vcenter.credentials.existingSecret }}
+{{- .Values.vcenter.credentials.existingSecretKey }}
+{{- else }}
+{{- print "credentials" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a CA bundle is configured. */}}
+{{- define "volmig.caEnabled" -}}
+{{- $ca := .Values.vcenter.caBundle }}
+{{- if or $ca.pem $ca.existingConfigMap $ca.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Mount paths inside the container. */}}
+{{- define "volmig.credentialsPath" -}}/etc/volmig/vcenter/credentials{{- end }}
+{{- define "volmig.caPath" -}}/etc/volmig/vcenter-ca/ca.crt{{- end }}
+{{- define "volmig.kubeconfigPath" -}}/etc/volmig/kubeconfig/kubeconfig{{- end }}
+
+{{/* The image reference: repository plus digest, else tag (default appVersion). */}}
+{{- define "volmig.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Refuses combinations of values that would deploy something unsafe or broken. */}}
+{{- define "volmig.validate" -}}
+{{- $ca := .Values.vcenter.caBundle }}
+{{- $sources := 0 }}
+{{- range (list $ca.pem $ca.existingConfigMap $ca.existingSecret) }}{{ if . }}{{ $sources = add1 $sources }}{{ end }}{{ end }}
+{{- if gt $sources 1 }}
+{{- fail "vcenter.caBundle: set only one of pem, existingConfigMap, existingSecret" }}
+{{- end }}
+{{- if and .Values.vcenter.insecure (gt $sources 0) }}
+{{- fail "vcenter.insecure cannot be combined with vcenter.caBundle: trust the CA bundle or skip verification, not both" }}
+{{- end }}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
+{{- fail "leaderElection.enabled=false allows one replica only: two replicas without a Lease would both register vmdks" }}
+{{- end }}
+{{- $creds := .Values.vcenter.credentials }}
+{{- if and $creds.existingSecret (or $creds.username $creds.password) }}
+{{- fail "vcenter.credentials: set either existingSecret or username/password, not both" }}
+{{- end }}
+{{- if and (or $creds.username $creds.password) (not (and $creds.username $creds.password)) }}
+{{- fail "vcenter.credentials: username and password go together" }}
+{{- end }}
+{{- if or (contains "\n" $creds.username) (contains "\n" $creds.password) }}
+{{- fail "vcenter.credentials: username and password must be single lines" }}
+{{- end }}
+{{- range (list $creds.username $creds.password) }}
+{{- if regexMatch "^[\\s\"']|[\\s\"']$" . }}
+{{- fail "vcenter.credentials: username and password cannot start or end with a blank or a quote: the credentials file format (username: X, password: Y lines) trims them" }}
+{{- end }}
+{{- end }}
+{{- end }}

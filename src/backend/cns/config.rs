@@ -1,0 +1,85 @@
+//! How to reach and log in to vCenter: [`CnsConfig`] and the [`Password`] that never prints.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use url::Url;
+
+/// The default time limit of one SOAP request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A password that never shows up in logs: `Debug` and `Display` print `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wraps a password.
+    pub fn new(password: impl Into<String>) -> Self {
+        Self(password.into())
+    }
+
+    /// The password itself, for the login request only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl From<String> for Password {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Password {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+/// How to reach and log in to vCenter.
+#[derive(Debug, Clone)]
+pub struct CnsConfig {
+    /// The vCenter SDK URL, e.g. `https://vc.example/sdk` (a URL without path gets `/sdk`).
+    pub url: Url,
+    /// The vCenter user; also written as `vSphereUser` on registrations.
+    pub username: String,
+    /// The user's password.
+    pub password: Password,
+    /// Trust only the CA certificates of this PEM file (`--vc-ca-file`).
+    pub ca_file: Option<PathBuf>,
+    /// Skip TLS verification (`--vc-insecure`); logs a warning.
+    pub insecure: bool,
+    /// Datacenters (names or inventory paths) searched for datastores; empty means all.
+    pub datacenters: Vec<String>,
+    /// Time limit of one SOAP request.
+    pub request_timeout: Duration,
+}
+
+impl CnsConfig {
+    /// A configuration that verifies TLS with the system roots, searches all datacenters
+    /// and uses [`DEFAULT_REQUEST_TIMEOUT`].
+    pub fn new(url: Url, username: impl Into<String>, password: impl Into<Password>) -> Self {
+        Self {
+            url,
+            username: username.into(),
+            password: password.into(),
+            ca_file: None,
+            insecure: false,
+            datacenters: Vec::new(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The plain HTTP side of the SOAP client: one reqwest client, the two endpoint URLs,
+//! the request timeout, and turning HTTP answers into bodies or errors.
+
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderMap};
+use url::Url;
+
+use crate::backend::{BackendError, ErrorClass};
+
+use super::fault::{self, names};
+use super::soap;
+
+/// Name of vCenter's session cookie, shared by `/sdk` and `/vsanHealth`.
+pub(crate) const SESSION_COOKIE: &str = "vmware_soap_session";
+
+/// Which SOAP endpoint of the vCenter a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// vim25 at `/sdk`.
+    Sdk,
+    /// CNS at `/vsanHealth`.
+    Cns,
+}
+
+/// The plain HTTP side: where to post envelopes and how long to wait.
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    sdk_url: Url,
+    cns_url: Url,
+    timeout: Duration,
+}
+
+impl Transport {
+    /// A transport for the vCenter whose SDK URL is `sdk_url`; the CNS endpoint is
+    /// `/vsanHealth` on the same host.
+    pub fn new(
+        sdk_url: Url,
+        tls: rustls::ClientConfig,
+        timeout: Duration,
+    ) -> Result<Self, BackendError> {
+        let mut tls = tls;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .http1_only()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(30)))
+            .pool_idle_timeout(Duration::from_secs(50))
+            .user_agent(concat!("volmig/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                BackendError::new(
+                    ErrorClass::Permanent,
+                    "Connect",
+                    names::CONFIG,
+                    format!("cannot build the HTTP client: {}", fault::error_chain(&e)),
+                )
+            })?;
+        let mut cns_url = sdk_url.clone();
+        cns_url.set_path("/vsanHealth");
+        cns_url.set_query(None);
+        Ok(Self {
+            http,
+            sdk_url,
+            cns_url,
+            timeout,
+        })
+    }
+
+    /// The SDK URL, as named in messages.
+    pub fn sdk_url(&self) -> &Url {
+        &self.sdk_url
+    }
+
+    pub(crate) fn url(&self, endpoint: Endpoint) -> &Url {
+        match endpoint {
+            Endpoint::Sdk => &self.sdk_url,
+            Endpoint::Cns => &self.cns_url,
+        }
+    }
+
+    /// Posts one envelope and returns the response headers and the body of a 200 answer;
+    /// SOAP faults and other statuses become errors.
+    pub(crate) async fn post(
+        &self,
+        endpoint: Endpoint,
+        operation: &'static str,
+        soap_action: &str,
+        body: String,
+        cookie: Option<&str>,
+    ) -> Result<(HeaderMap, String), BackendError> {
+        let url = self.url(endpoint);
+        let mut request = self
+            .http
+            .post(url.clone())
+            .header(CONTENT_TYPE, "text/xml; charset=utf-8")
+            .header("SOAPAction", soap_action)
+            .body(body);
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, format!("{SESSION_COOKIE}={cookie}"));
+        }
+        let transport =
+            |e: reqwest::Error| fault::from_transport(operation, url.as_str(), self.timeout, &e);
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(transport)?;
+        if status.is_success() {
+            return Ok((headers, text));
+        }
+        if status.as_u16() == 500
+            && let Some(fault) = soap::parse_fault(&text)
+        {
+            return Err(fault::from_fault(operation, &fault));
+        }
+        Err(fault::from_status(operation, url.as_str(), status.as_u16()))
+    }
+}

@@ -1,0 +1,341 @@
+//! CNS volume calls on `/vsanHealth`: create (and wait for the task), query with cursor
+//! paging, delete with `deleteDisk=false`. Request types follow the WSDL element order.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{BackendError, CnsVolume, ErrorClass, VolumeId};
+
+use super::backing;
+use super::fault::{self, names};
+use super::session::SoapClient;
+use super::soap::{CnsVolumeIdXml, Fault, LocalizedMethodFault, MoRef, Returnval};
+use super::transport::Endpoint;
+
+/// Page size of volume queries.
+pub(crate) const PAGE_SIZE: i64 = 500;
+
+fn volume_manager() -> MoRef {
+    MoRef::new("CnsVolumeManager", "cns-volume-manager")
+}
+
+/// `CnsCreateVolume`.
+#[derive(Serialize)]
+pub(crate) struct CnsCreateVolume<'a> {
+    #[serde(rename = "_this")]
+    pub this: MoRef,
+    #[serde(rename = "createSpecs")]
+    pub create_specs: Vec<CnsVolumeCreateSpec<'a>>,
+}
+
+/// `CnsVolumeCreateSpec` for a static (existing vmdk) BLOCK volume.
+#[derive(Serialize)]
+pub(crate) struct CnsVolumeCreateSpec<'a> {
+    pub name: &'a str,
+    #[serde(rename = "volumeType")]
+    pub volume_type: &'static str,
+    pub datastores: Vec<MoRef>,
+    pub metadata: CnsVolumeMetadata<'a>,
+    #[serde(rename = "backingObjectDetails")]
+    pub backing_object_details: CnsBlockBackingDetails<'a>,
+}
+
+/// `CnsVolumeMetadata` with the container cluster only.
+#[derive(Serialize)]
+pub(crate) struct CnsVolumeMetadata<'a> {
+    #[serde(rename = "containerCluster")]
+    pub container_cluster: CnsContainerCluster<'a>,
+}
+
+/// `CnsContainerCluster`.
+#[derive(Serialize)]
+pub(crate) struct CnsContainerCluster<'a> {
+    #[serde(rename = "clusterType")]
+    pub cluster_type: &'static str,
+    #[serde(rename = "clusterId")]
+    pub cluster_id: &'a str,
+    #[serde(rename = "vSphereUser")]
+    pub vsphere_user: &'a str,
+}
+
+/// `CnsBlockBackingDetails` pointing at an existing vmdk by URL.
+#[derive(Serialize)]
+pub(crate) struct CnsBlockBackingDetails<'a> {
+    #[serde(rename = "@xsi:type")]
+    pub xsi_type: &'static str,
+    #[serde(rename = "backingDiskUrlPath")]
+    pub backing_disk_url_path: &'a str,
+}
+
+/// `CnsQueryVolume`.
+#[derive(Serialize)]
+pub(crate) struct CnsQueryVolume<'a> {
+    #[serde(rename = "_this")]
+    pub this: MoRef,
+    pub filter: CnsQueryFilter<'a>,
+}
+
+/// `CnsQueryFilter`, the parts volmig sets.
+#[derive(Serialize)]
+pub(crate) struct CnsQueryFilter<'a> {
+    #[serde(rename = "volumeIds", skip_serializing_if = "Vec::is_empty")]
+    pub volume_ids: Vec<CnsVolumeIdXml>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<&'a str>,
+    pub cursor: CnsCursor,
+}
+
+/// `CnsCursor`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct CnsCursor {
+    #[serde(default)]
+    pub offset: i64,
+    #[serde(default)]
+    pub limit: i64,
+    #[serde(
+        rename = "totalRecords",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub total_records: Option<i64>,
+}
+
+/// `CnsQueryResult`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CnsQueryResult {
+    #[serde(default)]
+    pub volumes: Vec<CnsVolumeXml>,
+    pub cursor: Option<CnsCursor>,
+}
+
+/// `CnsVolume`, the parts volmig reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CnsVolumeXml {
+    #[serde(rename = "volumeId")]
+    pub volume_id: CnsVolumeIdXml,
+    #[serde(default)]
+    pub name: String,
+    #[serde(rename = "backingObjectDetails")]
+    pub backing: Option<BackingDetailsXml>,
+}
+
+/// `CnsBackingObjectDetails` and its block subtype, the parts volmig reads.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct BackingDetailsXml {
+    #[serde(rename = "backingDiskUrlPath")]
+    pub url_path: Option<String>,
+    #[serde(rename = "backingDiskPath")]
+    pub disk_path: Option<String>,
+}
+
+impl CnsVolumeXml {
+    /// The trait's view of this volume.
+    pub fn into_volume(self) -> CnsVolume {
+        let backing_path = self.backing.and_then(|b| {
+            b.url_path
+                .as_deref()
+                .and_then(backing::path_from_backing_url)
+                .or_else(|| {
+                    b.disk_path
+                        .as_deref()
+                        .and_then(backing::path_from_datastore_path)
+                })
+        });
+        CnsVolume {
+            id: VolumeId(self.volume_id.id),
+            name: self.name,
+            backing_path,
+            created: None,
+        }
+    }
+}
+
+/// `CnsDeleteVolume`.
+#[derive(Serialize)]
+pub(crate) struct CnsDeleteVolume {
+    #[serde(rename = "_this")]
+    pub this: MoRef,
+    #[serde(rename = "volumeIds")]
+    pub volume_ids: Vec<CnsVolumeIdXml>,
+    #[serde(rename = "deleteDisk")]
+    pub delete_disk: bool,
+}
+
+/// `CnsVolumeOperationBatchResult`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct BatchResult {
+    #[serde(rename = "volumeResults", default)]
+    pub volume_results: Vec<VolumeOperationResult>,
+}
+
+/// `CnsVolumeOperationResult` (and subtypes), the parts volmig reads.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct VolumeOperationResult {
+    #[serde(rename = "volumeId")]
+    pub volume_id: Option<CnsVolumeIdXml>,
+    pub fault: Option<LocalizedMethodFault>,
+}
+
+/// Starts `CnsCreateVolume` and returns its task.
+pub(crate) async fn start_create(
+    client: &SoapClient,
+    operation: &'static str,
+    spec: CnsVolumeCreateSpec<'_>,
+) -> Result<MoRef, BackendError> {
+    let request = CnsCreateVolume {
+        this: volume_manager(),
+        create_specs: vec![spec],
+    };
+    task_ref(
+        client
+            .call(Endpoint::Cns, operation, "CnsCreateVolume", &request)
+            .await?,
+        client,
+        operation,
+    )
+}
+
+/// Starts `CnsDeleteVolume` with `deleteDisk=false` and returns its task.
+pub(crate) async fn start_delete(
+    client: &SoapClient,
+    operation: &'static str,
+    id: &VolumeId,
+) -> Result<MoRef, BackendError> {
+    let request = CnsDeleteVolume {
+        this: volume_manager(),
+        volume_ids: vec![CnsVolumeIdXml { id: id.0.clone() }],
+        delete_disk: false,
+    };
+    task_ref(
+        client
+            .call(Endpoint::Cns, operation, "CnsDeleteVolume", &request)
+            .await?,
+        client,
+        operation,
+    )
+}
+
+fn task_ref(
+    response: Returnval<MoRef>,
+    client: &SoapClient,
+    operation: &'static str,
+) -> Result<MoRef, BackendError> {
+    response
+        .returnval
+        .ok_or_else(|| fault::malformed(operation, client.sdk_url().as_str(), "no task returned"))
+}
+
+/// One `CnsQueryVolume` page from `offset`, filtered by `names` where the server
+/// supports it. Returns the volumes and the offset of the next page, if any.
+pub(crate) async fn query_page(
+    client: &SoapClient,
+    operation: &'static str,
+    names: &[&str],
+    offset: i64,
+) -> Result<(Vec<CnsVolume>, Option<i64>), BackendError> {
+    let request = CnsQueryVolume {
+        this: volume_manager(),
+        filter: CnsQueryFilter {
+            volume_ids: Vec::new(),
+            names: names.to_vec(),
+            cursor: CnsCursor {
+                offset,
+                limit: PAGE_SIZE,
+                total_records: None,
+            },
+        },
+    };
+    let response: Returnval<CnsQueryResult> = client
+        .call(Endpoint::Cns, operation, "CnsQueryVolume", &request)
+        .await?;
+    let result = response.returnval.unwrap_or(CnsQueryResult {
+        volumes: Vec::new(),
+        cursor: None,
+    });
+    let next = next_offset(offset, result.volumes.len(), result.cursor);
+    let volumes = result
+        .volumes
+        .into_iter()
+        .map(CnsVolumeXml::into_volume)
+        .collect();
+    Ok((volumes, next))
+}
+
+/// The next page's offset, or `None` on the last page. Servers that ignore the cursor
+/// (the simulator returns everything with a zero cursor) end paging after one page.
+pub(crate) fn next_offset(offset: i64, returned: usize, cursor: Option<CnsCursor>) -> Option<i64> {
+    let cursor = cursor?;
+    let returned = i64::try_from(returned).ok()?;
+    if returned == 0 || returned > PAGE_SIZE || cursor.offset <= offset {
+        return None;
+    }
+    let more = match cursor.total_records {
+        Some(total) if total > 0 => cursor.offset < total,
+        _ => returned >= PAGE_SIZE,
+    };
+    more.then_some(cursor.offset)
+}
+
+/// The outcome of one volume in a CNS batch result.
+#[derive(Debug)]
+pub(crate) enum VolumeOutcome {
+    /// The volume ID, without fault.
+    Ok(VolumeId),
+    /// CNS says the disk is registered already and names its volume.
+    AlreadyRegistered(VolumeId, Fault),
+    /// A fault for this volume.
+    Failed(Fault),
+    /// The batch holds no result.
+    Missing,
+}
+
+/// Interprets a single-volume batch result (or the task's own fault).
+pub(crate) fn volume_outcome(result: Option<&VolumeOperationResult>) -> VolumeOutcome {
+    let Some(result) = result else {
+        return VolumeOutcome::Missing;
+    };
+    match &result.fault {
+        Some(fault) => fault_outcome(Fault::from_localized(fault.clone())),
+        None => match &result.volume_id {
+            Some(id) if !id.id.is_empty() => VolumeOutcome::Ok(VolumeId(id.id.clone())),
+            _ => VolumeOutcome::Missing,
+        },
+    }
+}
+
+/// A fault, unless it is `CnsAlreadyRegisteredFault` carrying a volume ID.
+pub(crate) fn fault_outcome(fault: Fault) -> VolumeOutcome {
+    if fault.name == "CnsAlreadyRegisteredFault"
+        && let Some(id) = fault.data.volume_id.as_ref().filter(|id| !id.id.is_empty())
+    {
+        return VolumeOutcome::AlreadyRegistered(VolumeId(id.id.clone()), fault);
+    }
+    VolumeOutcome::Failed(fault)
+}
+
+/// A delete fault: like any fault, except that a CNS fault saying "not found" counts as
+/// [`ErrorClass::NotFound`].
+pub(crate) fn delete_error(operation: &'static str, fault: &Fault) -> BackendError {
+    let mut err = fault::from_fault(operation, fault);
+    let text = fault.message.to_ascii_lowercase();
+    if err.class == ErrorClass::Transient
+        && fault.name.starts_with("Cns")
+        && (text.contains("not found") || text.contains("could not be found"))
+    {
+        err.class = ErrorClass::NotFound;
+    }
+    err
+}
+
+/// The error for a delete whose batch result does not mention the volume.
+pub(crate) fn volume_not_found(operation: &'static str, id: &VolumeId) -> BackendError {
+    BackendError::new(
+        ErrorClass::NotFound,
+        operation,
+        names::VOLUME_NOT_FOUND,
+        format!("CNS volume {id} does not exist"),
+    )
+}
+
+#[cfg(test)]
+#[path = "volumes_tests.rs"]
+mod tests;

@@ -1,0 +1,257 @@
+//! CNS request serialization, task results and query pages from fixtures.
+
+use super::*;
+use crate::backend::cns::soap::{VIM_NS, method_xml, parse_response};
+use crate::backend::cns::vim::{RetrieveResult, TaskInfo};
+use crate::volume_path::VolumePath;
+
+const CREATE_RESPONSE: &str = include_str!("fixtures/create_volume.xml");
+const TASK_CREATE_SUCCESS: &str = include_str!("fixtures/task_create_success.xml");
+const TASK_ALREADY_REGISTERED: &str = include_str!("fixtures/task_create_already_registered.xml");
+const TASK_DELETE_SUCCESS: &str = include_str!("fixtures/task_delete_success.xml");
+const TASK_DELETE_NOT_FOUND: &str = include_str!("fixtures/task_delete_not_found.xml");
+const TASK_ERROR: &str = include_str!("fixtures/task_error.xml");
+const TASK_RUNNING: &str = include_str!("fixtures/task_running.xml");
+const QUERY: &str = include_str!("fixtures/query_volume.xml");
+
+fn task_info(xml: &str) -> TaskInfo<BatchResult> {
+    let parsed: Returnval<RetrieveResult<TaskInfo<BatchResult>>> = parse_response(xml).unwrap();
+    let mut objects = parsed.returnval.unwrap().objects;
+    let mut props = objects.remove(0).prop_set;
+    assert_eq!(props[0].name, "info");
+    props.remove(0).val
+}
+
+fn outcome(xml: &str) -> VolumeOutcome {
+    let info = task_info(xml);
+    assert_eq!(info.state, "success");
+    volume_outcome(info.result.unwrap_or_default().volume_results.first())
+}
+
+#[test]
+fn the_create_request_follows_the_wsdl() {
+    let request = CnsCreateVolume {
+        this: volume_manager(),
+        create_specs: vec![CnsVolumeCreateSpec {
+            name: "volmig-abc",
+            volume_type: "BLOCK",
+            datastores: vec![MoRef::new("Datastore", "datastore-11")],
+            metadata: CnsVolumeMetadata {
+                container_cluster: CnsContainerCluster {
+                    cluster_type: "KUBERNETES",
+                    cluster_id: "cluster-1",
+                    vsphere_user: "admin@vsphere.local",
+                },
+            },
+            backing_object_details: CnsBlockBackingDetails {
+                xsi_type: "CnsBlockBackingDetails",
+                backing_disk_url_path: "https://vc/folder/a%20b.vmdk?dcPath=DC0&dsName=ds",
+            },
+        }],
+    };
+    let xml = method_xml(
+        "CnsCreateVolume",
+        crate::backend::cns::soap::CNS_NS,
+        &request,
+    )
+    .unwrap();
+    assert_eq!(
+        xml,
+        "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">cns-volume-manager\
+         </_this><createSpecs><name>volmig-abc</name><volumeType>BLOCK</volumeType>\
+         <datastores type=\"Datastore\">datastore-11</datastores><metadata><containerCluster>\
+         <clusterType>KUBERNETES</clusterType><clusterId>cluster-1</clusterId>\
+         <vSphereUser>admin@vsphere.local</vSphereUser></containerCluster></metadata>\
+         <backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskUrlPath>\
+         https://vc/folder/a%20b.vmdk?dcPath=DC0&amp;dsName=ds</backingDiskUrlPath>\
+         </backingObjectDetails></createSpecs></CnsCreateVolume>"
+    );
+}
+
+#[test]
+fn query_and_delete_requests_follow_the_wsdl() {
+    let query = CnsQueryVolume {
+        this: volume_manager(),
+        filter: CnsQueryFilter {
+            volume_ids: Vec::new(),
+            names: vec!["volmig-abc"],
+            cursor: CnsCursor {
+                offset: 500,
+                limit: PAGE_SIZE,
+                total_records: None,
+            },
+        },
+    };
+    let xml = method_xml("CnsQueryVolume", VIM_NS, &query).unwrap();
+    assert!(
+        xml.ends_with(
+            "<filter><names>volmig-abc</names><cursor><offset>500</offset><limit>500</limit>\
+             </cursor></filter></CnsQueryVolume>"
+        ),
+        "{xml}"
+    );
+    let delete = CnsDeleteVolume {
+        this: volume_manager(),
+        volume_ids: vec![CnsVolumeIdXml {
+            id: "v-1".to_owned(),
+        }],
+        delete_disk: false,
+    };
+    let xml = method_xml("CnsDeleteVolume", VIM_NS, &delete).unwrap();
+    assert!(
+        xml.ends_with(
+            "<volumeIds><id>v-1</id></volumeIds><deleteDisk>false</deleteDisk></CnsDeleteVolume>"
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn the_create_response_is_a_task() {
+    let response: Returnval<MoRef> = parse_response(CREATE_RESPONSE).unwrap();
+    assert_eq!(response.returnval, Some(MoRef::new("Task", "task-47")));
+}
+
+#[test]
+fn a_successful_create_task_carries_the_volume_id() {
+    match outcome(TASK_CREATE_SUCCESS) {
+        VolumeOutcome::Ok(id) => assert_eq!(id.0, "78f028de-8399-4f3d-866d-d43fb8594990"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn already_registered_adopts_the_id_of_the_fault() {
+    match outcome(TASK_ALREADY_REGISTERED) {
+        VolumeOutcome::AlreadyRegistered(id, fault) => {
+            assert_eq!(id.0, "3f1c0e2a-0000-4000-8000-000000000001");
+            assert_eq!(fault.name, "CnsAlreadyRegisteredFault");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn delete_results_distinguish_success_and_not_found() {
+    match outcome(TASK_DELETE_SUCCESS) {
+        VolumeOutcome::Ok(id) => assert_eq!(id.0, "78f028de-8399-4f3d-866d-d43fb8594990"),
+        other => panic!("{other:?}"),
+    }
+    match outcome(TASK_DELETE_NOT_FOUND) {
+        VolumeOutcome::Failed(fault) => {
+            let err = delete_error("CnsDeleteVolume", &fault);
+            assert_eq!(err.class, ErrorClass::NotFound);
+            assert_eq!(err.fault, "NotFound");
+            assert!(err.message.contains("not found"), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_cns_fault_saying_not_found_is_not_found_on_delete_only() {
+    let fault = Fault {
+        name: "CnsFault".to_owned(),
+        message: "The object or item referred to could not be found.".to_owned(),
+        data: Default::default(),
+    };
+    assert_eq!(
+        delete_error("CnsDeleteVolume", &fault).class,
+        ErrorClass::NotFound
+    );
+    assert_eq!(
+        fault::from_fault("CnsCreateVolume", &fault).class,
+        ErrorClass::Transient
+    );
+}
+
+#[test]
+fn a_failed_task_carries_its_fault() {
+    let info = task_info(TASK_ERROR);
+    assert_eq!(info.state, "error");
+    let fault = Fault::from_localized(info.error.unwrap());
+    assert_eq!(fault.name, "NoPermission");
+    assert_eq!(
+        fault.message,
+        "Permission to perform this operation was denied.; missing privilege Cns.Searchable"
+    );
+    assert_eq!(
+        fault::from_fault("CnsCreateVolume", &fault).class,
+        ErrorClass::Permanent
+    );
+    assert!(matches!(fault_outcome(fault), VolumeOutcome::Failed(_)));
+}
+
+#[test]
+fn a_running_task_has_no_result_yet() {
+    let info = task_info(TASK_RUNNING);
+    assert_eq!(info.state, "running");
+    assert!(info.result.is_none() && info.error.is_none());
+    assert!(matches!(volume_outcome(None), VolumeOutcome::Missing));
+}
+
+#[test]
+fn query_results_carry_name_and_backing_path() {
+    let response: Returnval<CnsQueryResult> = parse_response(QUERY).unwrap();
+    let result = response.returnval.unwrap();
+    let cursor = result.cursor.unwrap();
+    assert_eq!(
+        (cursor.offset, cursor.limit, cursor.total_records),
+        (1, 500, Some(1))
+    );
+    let volumes: Vec<_> = result
+        .volumes
+        .into_iter()
+        .map(CnsVolumeXml::into_volume)
+        .collect();
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].id.0, "78f028de-8399-4f3d-866d-d43fb8594990");
+    assert_eq!(
+        volumes[0].name,
+        "volmig-f81e42d4fb2213a27738a5e5069b6e82ecd78e599f16d87b45cd7782e61e240d"
+    );
+    assert_eq!(
+        volumes[0].backing_path,
+        Some(VolumePath::parse("[LocalDS_0] kubevols/disk-0001.vmdk").unwrap())
+    );
+}
+
+#[test]
+fn a_volume_without_a_usable_backing_has_no_path() {
+    let xml = "<v><volumeId><id>x</id></volumeId><name>n</name><backingObjectDetails>\
+               <capacityInMb>10</capacityInMb></backingObjectDetails></v>";
+    let volume: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+    let volume = volume.into_volume();
+    assert_eq!((volume.id.0.as_str(), volume.backing_path), ("x", None));
+    let xml = "<v><volumeId><id>y</id></volumeId><backingObjectDetails>\
+               <backingDiskPath>[ds1] a/b.vmdk</backingDiskPath></backingObjectDetails></v>";
+    let volume: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+    assert_eq!(
+        volume.into_volume().backing_path,
+        Some(VolumePath::parse("[ds1] a/b.vmdk").unwrap())
+    );
+}
+
+#[test]
+fn paging_follows_the_cursor_and_stops_when_servers_ignore_it() {
+    let cursor = |offset, total| {
+        Some(CnsCursor {
+            offset,
+            limit: PAGE_SIZE,
+            total_records: total,
+        })
+    };
+    // A full page with more to come.
+    assert_eq!(next_offset(0, 500, cursor(500, Some(1200))), Some(500));
+    assert_eq!(next_offset(1000, 200, cursor(1200, Some(1200))), None);
+    // No total: a full page means "maybe more", a short page is the last.
+    assert_eq!(next_offset(0, 500, cursor(500, None)), Some(500));
+    assert_eq!(next_offset(500, 20, cursor(520, None)), None);
+    // The simulator's zero cursor, an empty page, a page above the limit, no cursor.
+    assert_eq!(next_offset(0, 3, cursor(0, Some(0))), None);
+    assert_eq!(next_offset(0, 0, cursor(500, Some(1200))), None);
+    assert_eq!(next_offset(0, 900, cursor(900, Some(2000))), None);
+    assert_eq!(next_offset(0, 500, None), None);
+    // A cursor that does not advance never loops.
+    assert_eq!(next_offset(500, 500, cursor(500, Some(2000))), None);
+}

@@ -1,0 +1,77 @@
+//! Kubernetes Events on VolumeMigrations and PersistentVolumes. Publishing is best effort:
+//! a failed Event is logged, never a reason to fail the work it reports.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
+
+use crate::api::VolumeMigration;
+
+/// Event reasons volmig publishes.
+pub mod reason {
+    /// A vmdk got (or adopted) its CNS volume.
+    pub const REGISTERED: &str = "Registered";
+    /// A registration attempt failed; the note says why.
+    pub const REGISTRATION_FAILED: &str = "RegistrationFailed";
+    /// A PV's in-tree path does not parse.
+    pub const INVALID_VOLUME_PATH: &str = "InvalidVolumePath";
+    /// The CNS registration was removed (disk kept).
+    pub const UNREGISTERED: &str = "Unregistered";
+    /// A Registered volume was missing in CNS and was registered again.
+    pub const RE_REGISTERED: &str = "ReRegistered";
+    /// Two or more CNS volumes exist for one disk.
+    pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
+}
+
+/// Publishes Events as the `volmig` controller.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+}
+
+impl Events {
+    /// A publisher identified by `instance` (the replica's holder ID).
+    pub fn new(client: kube::Client, instance: &str) -> Self {
+        let reporter = Reporter {
+            controller: "volmig".into(),
+            instance: Some(instance.to_owned()),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    async fn publish(&self, target: &ObjectReference, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, target).await {
+            warn!(object = ?target.name, reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// An Event on a VolumeMigration.
+    pub async fn migration(&self, vm: &VolumeMigration, warning: bool, reason: &str, note: String) {
+        self.publish(&vm.object_ref(&()), warning, reason, note).await;
+    }
+
+    /// An Event on the PersistentVolume `name`.
+    pub async fn pv(&self, name: &str, warning: bool, reason: &str, note: String) {
+        let target = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolume".into()),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        };
+        self.publish(&target, warning, reason, note).await;
+    }
+}

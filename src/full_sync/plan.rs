@@ -1,0 +1,223 @@
+//! The full-sync join (DESIGN.md §6) as a pure function: PVs × VolumeMigrations × CNS
+//! volumes, joined by canonical path in hash maps (O(n)), to a list of repairs.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::api::Phase;
+use crate::backend::CnsVolume;
+use crate::registrar::choose_adoptee;
+use crate::volume_path::{CNS_NAME_PREFIX, VolumePath};
+
+/// What full sync needs of one VolumeMigration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationRecord {
+    /// Object name.
+    pub name: String,
+    /// The spec path, when valid.
+    pub path: Option<VolumePath>,
+    /// Status phase.
+    pub phase: Option<Phase>,
+    /// Status volume ID.
+    pub volume_id: Option<String>,
+    /// Status PV list.
+    pub pvs: Vec<String>,
+    /// Status duplicate IDs.
+    pub duplicates: Vec<String>,
+    /// True when a deletion is in progress.
+    pub deleting: bool,
+}
+
+/// One repair of a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// A PV uses a path that has no VolumeMigration.
+    CreateMigration(VolumePath),
+    /// A used path is not registered (failed, pending or interrupted): register now.
+    Retry(VolumePath),
+    /// A Registered path whose volume ID is gone from CNS.
+    ReRegister {
+        /// The path.
+        path: VolumePath,
+        /// The ID CNS no longer has.
+        missing_id: String,
+    },
+    /// The status PV list is stale.
+    SetPvs {
+        /// Object name.
+        name: String,
+        /// The PVs that use the path now.
+        pvs: Vec<String>,
+    },
+    /// Two or more CNS volumes for one disk.
+    Duplicates {
+        /// Object name.
+        name: String,
+        /// The path.
+        path: VolumePath,
+        /// The volume kept (the one in status, else the oldest).
+        keep: String,
+        /// The others.
+        others: Vec<String>,
+    },
+    /// No PV for two consecutive passes: run the deletion flow.
+    DeleteMigration {
+        /// Object name.
+        name: String,
+        /// The path.
+        path: VolumePath,
+    },
+    /// A volmig-named CNS volume that nothing references.
+    Orphan {
+        /// CNS volume ID.
+        id: String,
+        /// Its backing disk, when CNS reports one.
+        path: Option<VolumePath>,
+        /// Unregister it (`--gc-orphans`).
+        collect: bool,
+    },
+}
+
+/// The outcome of planning one pass.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassPlan {
+    /// Repairs to make, in a stable order.
+    pub repairs: Vec<Repair>,
+    /// Paths with a VolumeMigration but no PV in this pass (first strike).
+    pub absent: HashSet<VolumePath>,
+    /// Number of disks with duplicate CNS volumes.
+    pub duplicate_disks: usize,
+    /// Number of orphaned volmig volumes.
+    pub orphans: usize,
+}
+
+/// Inputs of one pass.
+pub struct PassInputs<'a> {
+    /// PVs by path (names sorted).
+    pub pvs: &'a HashMap<VolumePath, Vec<String>>,
+    /// Every VolumeMigration.
+    pub migrations: &'a [MigrationRecord],
+    /// Every CNS volume.
+    pub volumes: &'a [CnsVolume],
+    /// Paths found without PV by the previous pass.
+    pub absent_before: &'a HashSet<VolumePath>,
+    /// `--gc-orphans`.
+    pub gc_orphans: bool,
+}
+
+/// Plans one pass.
+pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
+    let mut out = PassPlan::default();
+    let by_path: HashMap<&VolumePath, &MigrationRecord> = inputs
+        .migrations
+        .iter()
+        .filter_map(|m| m.path.as_ref().map(|p| (p, m)))
+        .collect();
+    let mut volumes_by_path: HashMap<&VolumePath, Vec<&CnsVolume>> = HashMap::new();
+    let mut live_ids: HashSet<&str> = HashSet::with_capacity(inputs.volumes.len());
+    for v in inputs.volumes {
+        live_ids.insert(&v.id.0);
+        if let Some(p) = &v.backing_path {
+            volumes_by_path.entry(p).or_default().push(v);
+        }
+    }
+
+    // Sorted for a stable order of repairs (logs and tests).
+    let pv_paths: BTreeMap<&VolumePath, &Vec<String>> = inputs.pvs.iter().collect();
+    for (path, pvs) in &pv_paths {
+        let Some(m) = by_path.get(path) else {
+            out.repairs.push(Repair::CreateMigration((*path).clone()));
+            continue;
+        };
+        if m.deleting {
+            continue;
+        }
+        if m.pvs != **pvs {
+            out.repairs.push(Repair::SetPvs {
+                name: m.name.clone(),
+                pvs: (*pvs).clone(),
+            });
+        }
+        match (&m.phase, &m.volume_id) {
+            (Some(Phase::Registered), Some(id)) if !live_ids.contains(id.as_str()) => {
+                out.repairs.push(Repair::ReRegister {
+                    path: (*path).clone(),
+                    missing_id: id.clone(),
+                });
+            }
+            (Some(Phase::Registered), Some(_)) => {}
+            _ => out.repairs.push(Repair::Retry((*path).clone())),
+        }
+    }
+
+    let mut migrations: Vec<&MigrationRecord> = inputs.migrations.iter().collect();
+    migrations.sort_by(|a, b| a.name.cmp(&b.name));
+    for m in &migrations {
+        let Some(path) = &m.path else { continue };
+        if let Some(volumes) = volumes_by_path.get(path)
+            && volumes.len() >= 2
+        {
+            out.duplicate_disks += 1;
+            let owned: Vec<CnsVolume> = volumes.iter().map(|v| (*v).clone()).collect();
+            let keep = m
+                .volume_id
+                .clone()
+                .filter(|id| owned.iter().any(|v| v.id.0 == *id))
+                .or_else(|| oldest(&owned).map(|v| v.id.0.clone()))
+                .unwrap_or_default();
+            let mut others: Vec<String> = owned
+                .iter()
+                .map(|v| v.id.0.clone())
+                .filter(|id| *id != keep)
+                .collect();
+            others.sort();
+            if others != m.duplicates {
+                out.repairs.push(Repair::Duplicates {
+                    name: m.name.clone(),
+                    path: path.clone(),
+                    keep,
+                    others,
+                });
+            }
+        }
+        if inputs.pvs.contains_key(path) || m.deleting {
+            continue;
+        }
+        if inputs.absent_before.contains(path) {
+            out.repairs.push(Repair::DeleteMigration {
+                name: m.name.clone(),
+                path: path.clone(),
+            });
+        } else {
+            out.absent.insert(path.clone());
+        }
+    }
+
+    let known_names: HashSet<String> = inputs
+        .pvs
+        .keys()
+        .chain(by_path.keys().copied())
+        .map(VolumePath::cns_volume_name)
+        .collect();
+    let mut orphans: Vec<&CnsVolume> = inputs
+        .volumes
+        .iter()
+        .filter(|v| v.name.starts_with(CNS_NAME_PREFIX) && !known_names.contains(&v.name))
+        .collect();
+    orphans.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    out.orphans = orphans.len();
+    out.repairs.extend(orphans.into_iter().map(|v| Repair::Orphan {
+        id: v.id.0.clone(),
+        path: v.backing_path.clone(),
+        collect: inputs.gc_orphans,
+    }));
+    out
+}
+
+/// The oldest volume (no creation time sorts last), ignoring names.
+fn oldest(volumes: &[CnsVolume]) -> Option<&CnsVolume> {
+    choose_adoptee(volumes, "")
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

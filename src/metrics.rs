@@ -1,0 +1,366 @@
+//! volmig's Prometheus metrics (prefix `volmig_`), built on `prometheus-client`.
+//!
+//! [`Metrics`] is a cheap handle (an `Arc` inside): clone it into every task that records.
+//! Recording never blocks for long and never fails. [`Metrics::encode`] renders the
+//! OpenMetrics text exposition, [`Metrics::encode_prometheus_text`] the Prometheus text
+//! format 0.0.4; [`crate::http`] serves either on `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::api::Phase;
+
+mod labels;
+
+use labels::{
+    ActionLabels, BackendLabels, OperationLabels, PHASES, PassLabels, PhaseLabels, PhaseValue,
+    RegistrationLabels, pass_labels,
+};
+pub use labels::{BackendResult, RegistrationResult, SyncAction};
+
+/// Registration latency buckets in seconds: 10 ms to 120 s.
+const REGISTRATION_BUCKETS: [f64; 13] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+/// Full-sync pass buckets in seconds: 100 ms to 30 min.
+const FULL_SYNC_BUCKETS: [f64; 12] = [
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+/// Backend request buckets in seconds: 5 ms to 60 s.
+const BACKEND_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+fn backend_histogram() -> Histogram {
+    Histogram::new(BACKEND_BUCKETS)
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    registrations: Family<RegistrationLabels, Counter>,
+    registration_duration: Histogram,
+    volumes: Family<PhaseLabels, Gauge>,
+    full_sync_duration: Histogram,
+    full_sync_actions: Family<ActionLabels, Counter>,
+    full_sync_passes: Family<PassLabels, Counter>,
+    duplicate_volumes: Gauge,
+    orphan_volumes: Gauge,
+    backend_requests: Family<BackendLabels, Counter>,
+    backend_duration: HistogramFamily<OperationLabels>,
+    leader: Gauge,
+    pvs_tracked: Gauge,
+}
+
+/// All of volmig's metrics behind one cloneable handle.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered. Closed label sets (registration
+    /// results, phases, sync actions, pass results) start at zero so that rates and
+    /// absent-series alerts work from the first scrape.
+    pub fn new() -> Self {
+        let mut inner = Inner {
+            registry: Registry::with_prefix("volmig"),
+            registrations: Family::default(),
+            registration_duration: Histogram::new(REGISTRATION_BUCKETS),
+            volumes: Family::default(),
+            full_sync_duration: Histogram::new(FULL_SYNC_BUCKETS),
+            full_sync_actions: Family::default(),
+            full_sync_passes: Family::default(),
+            duplicate_volumes: Gauge::default(),
+            orphan_volumes: Gauge::default(),
+            backend_requests: Family::default(),
+            backend_duration: Family::new_with_constructor(backend_histogram),
+            leader: Gauge::default(),
+            pvs_tracked: Gauge::default(),
+        };
+        // Create the series now (at zero); the handles are not needed.
+        for &result in RegistrationResult::ALL {
+            let _ = inner
+                .registrations
+                .get_or_create_owned(&RegistrationLabels { result });
+        }
+        for phase in PHASES {
+            let _ = inner.volumes.get_or_create_owned(&PhaseLabels {
+                phase: PhaseValue(phase),
+            });
+        }
+        for &action in SyncAction::ALL {
+            let _ = inner
+                .full_sync_actions
+                .get_or_create_owned(&ActionLabels { action });
+        }
+        for ok in [true, false] {
+            let _ = inner.full_sync_passes.get_or_create_owned(&pass_labels(ok));
+        }
+        register_all(&mut inner);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Records one finished registration and its latency (from the first attempt to the
+    /// final outcome).
+    pub fn registration(&self, result: RegistrationResult, latency: Duration) {
+        self.inner
+            .registrations
+            .get_or_create(&RegistrationLabels { result })
+            .inc();
+        self.inner
+            .registration_duration
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Sets `volmig_volumes` from a complete snapshot; phases absent from `counts` are
+    /// set to zero.
+    pub fn set_volumes_by_phase(&self, counts: &[(Phase, i64)]) {
+        for phase in PHASES {
+            let n = counts
+                .iter()
+                .filter(|(p, _)| *p == phase)
+                .map(|(_, n)| *n)
+                .sum::<i64>();
+            self.inner
+                .volumes
+                .get_or_create(&PhaseLabels {
+                    phase: PhaseValue(phase),
+                })
+                .set(n);
+        }
+    }
+
+    /// Records one full-sync pass: its duration and whether it completed.
+    pub fn full_sync_pass(&self, duration: Duration, ok: bool) {
+        self.inner
+            .full_sync_duration
+            .observe(duration.as_secs_f64());
+        self.inner
+            .full_sync_passes
+            .get_or_create(&pass_labels(ok))
+            .inc();
+    }
+
+    /// Adds `n` repairs of kind `action` made by a full-sync pass.
+    pub fn full_sync_action(&self, action: SyncAction, n: u64) {
+        self.inner
+            .full_sync_actions
+            .get_or_create(&ActionLabels { action })
+            .inc_by(n);
+    }
+
+    /// Sets the number of vmdks with two or more CNS volumes seen by the last pass.
+    pub fn set_duplicate_volumes(&self, n: usize) {
+        self.inner.duplicate_volumes.set(gauge_value(n));
+    }
+
+    /// Sets the number of orphan volmig-named CNS volumes seen by the last pass.
+    pub fn set_orphan_volumes(&self, n: usize) {
+        self.inner.orphan_volumes.set(gauge_value(n));
+    }
+
+    /// Records one backend call: its operation (see [`crate::backend::op`]), result class
+    /// and latency.
+    pub fn backend_request(
+        &self,
+        operation: &'static str,
+        result: BackendResult,
+        latency: Duration,
+    ) {
+        self.inner
+            .backend_requests
+            .get_or_create(&BackendLabels { operation, result })
+            .inc();
+        self.inner
+            .backend_duration
+            .get_or_create(&OperationLabels { operation })
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Sets `volmig_leader` to 1 while this replica holds the Lease, else 0.
+    pub fn set_leader(&self, leader: bool) {
+        self.inner.leader.set(i64::from(leader));
+    }
+
+    /// Sets the number of in-tree vSphere PVs the watcher tracks.
+    pub fn set_pvs_tracked(&self, n: usize) {
+        self.inner.pvs_tracked.set(gauge_value(n));
+    }
+
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry) {
+            tracing::error!(error = %e, "encoding metrics as OpenMetrics text failed");
+        }
+        out
+    }
+
+    /// The Prometheus text exposition format 0.0.4.
+    pub fn encode_prometheus_text(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.inner.registry)
+        {
+            tracing::error!(error = %e, "encoding metrics as Prometheus text failed");
+        }
+        out
+    }
+
+    /// Registrations recorded with `result`.
+    pub fn registrations(&self, result: RegistrationResult) -> u64 {
+        counter(&self.inner.registrations, &RegistrationLabels { result })
+    }
+
+    /// The current `volmig_volumes` value of `phase`.
+    pub fn volumes(&self, phase: Phase) -> i64 {
+        let labels = PhaseLabels {
+            phase: PhaseValue(phase),
+        };
+        self.inner.volumes.get(&labels).map_or(0, |g| g.get())
+    }
+
+    /// Full-sync passes recorded as completed (`ok`) or failed.
+    pub fn full_sync_passes(&self, ok: bool) -> u64 {
+        counter(&self.inner.full_sync_passes, &pass_labels(ok))
+    }
+
+    /// Full-sync repairs recorded of kind `action`.
+    pub fn full_sync_actions(&self, action: SyncAction) -> u64 {
+        counter(&self.inner.full_sync_actions, &ActionLabels { action })
+    }
+
+    /// The current `volmig_duplicate_volumes` value.
+    pub fn duplicate_volumes(&self) -> i64 {
+        self.inner.duplicate_volumes.get()
+    }
+
+    /// The current `volmig_orphan_volumes` value.
+    pub fn orphan_volumes(&self) -> i64 {
+        self.inner.orphan_volumes.get()
+    }
+
+    /// Backend calls recorded of `operation` with `result`.
+    pub fn backend_requests(&self, operation: &'static str, result: BackendResult) -> u64 {
+        counter(
+            &self.inner.backend_requests,
+            &BackendLabels { operation, result },
+        )
+    }
+
+    /// Backend calls of `operation` recorded with any result.
+    pub fn backend_requests_total(&self, operation: &'static str) -> u64 {
+        BackendResult::ALL
+            .iter()
+            .map(|&result| self.backend_requests(operation, result))
+            .sum()
+    }
+
+    /// True while `volmig_leader` is 1.
+    pub fn is_leader(&self) -> bool {
+        self.inner.leader.get() == 1
+    }
+
+    /// The current `volmig_pvs_tracked` value.
+    pub fn pvs_tracked(&self) -> i64 {
+        self.inner.pvs_tracked.get()
+    }
+}
+
+fn counter<S>(family: &Family<S, Counter>, labels: &S) -> u64
+where
+    S: Clone + Eq + std::hash::Hash,
+{
+    family.get(labels).map_or(0, |c| c.get())
+}
+
+fn register_all(m: &mut Inner) {
+    let r = &mut m.registry;
+    r.register(
+        "registrations",
+        "Finished registrations of vmdks as CNS volumes, by result",
+        m.registrations.clone(),
+    );
+    r.register_with_unit(
+        "registration_duration",
+        "Time from the first attempt to the final outcome of a registration",
+        Unit::Seconds,
+        m.registration_duration.clone(),
+    );
+    r.register(
+        "volumes",
+        "VolumeMigrations by status phase",
+        m.volumes.clone(),
+    );
+    r.register_with_unit(
+        "full_sync_duration",
+        "Duration of full-sync passes",
+        Unit::Seconds,
+        m.full_sync_duration.clone(),
+    );
+    r.register(
+        "full_sync_actions",
+        "Repairs made by full-sync passes, by action",
+        m.full_sync_actions.clone(),
+    );
+    r.register(
+        "full_sync_passes",
+        "Full-sync passes, by result (ok: the pass completed)",
+        m.full_sync_passes.clone(),
+    );
+    r.register(
+        "duplicate_volumes",
+        "vmdks with two or more CNS volumes, as of the last full-sync pass",
+        m.duplicate_volumes.clone(),
+    );
+    r.register(
+        "orphan_volumes",
+        "volmig-named CNS volumes no PV or VolumeMigration references, as of the last full-sync pass",
+        m.orphan_volumes.clone(),
+    );
+    r.register(
+        "backend_requests",
+        "Calls to the vCenter/CNS backend, by operation and result class",
+        m.backend_requests.clone(),
+    );
+    r.register_with_unit(
+        "backend_request_duration",
+        "Latency of calls to the vCenter/CNS backend, by operation",
+        Unit::Seconds,
+        m.backend_duration.clone(),
+    );
+    r.register(
+        "leader",
+        "1 while this replica holds the leader Lease, else 0",
+        m.leader.clone(),
+    );
+    r.register(
+        "pvs_tracked",
+        "In-tree vSphere PersistentVolumes tracked by the PV watcher",
+        m.pvs_tracked.clone(),
+    );
+}
+
+#[cfg(test)]
+mod tests;

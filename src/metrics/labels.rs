@@ -1,0 +1,170 @@
+//! Label values and label sets of volmig's metrics.
+
+use std::fmt::{self, Write as _};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+use crate::api::Phase;
+use crate::backend::{BackendError, ErrorClass};
+
+/// Declares a closed set of label values with a `snake_case` spelling.
+macro_rules! label_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &[$name] = &[$($name::$variant,)+];
+
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// How one registration ended (label `result` of `volmig_registrations_total`).
+    RegistrationResult {
+        /// A new CNS volume was created.
+        Created => "created",
+        /// An existing CNS volume for the vmdk was adopted.
+        Adopted => "adopted",
+        /// The attempt failed (backend error, retries exhausted).
+        Failed => "failed",
+        /// The vmdk does not exist.
+        DiskNotFound => "disk_not_found",
+        /// The volume path is malformed.
+        InvalidPath => "invalid_path",
+    }
+}
+
+label_enum! {
+    /// A repair made by a full-sync pass (label `action` of
+    /// `volmig_full_sync_actions_total`).
+    SyncAction {
+        /// Created a missing VolumeMigration.
+        CreateMigration => "create_migration",
+        /// Retried a `Failed` VolumeMigration.
+        RetryFailed => "retry_failed",
+        /// Re-registered a volume whose ID vanished from CNS.
+        Reregister => "reregister",
+        /// Found a duplicate CNS volume for one vmdk.
+        Duplicate => "duplicate",
+        /// Found an orphan volmig-named CNS volume.
+        Orphan => "orphan",
+        /// Unregistered an orphan (`--gc-orphans`).
+        GcOrphan => "gc_orphan",
+        /// Removed a deleted PV from a VolumeMigration.
+        RemovePv => "remove_pv",
+        /// Deleted a VolumeMigration no PV references any more.
+        DeleteMigration => "delete_migration",
+    }
+}
+
+label_enum! {
+    /// The outcome class of one backend call (label `result` of
+    /// `volmig_backend_requests_total`).
+    BackendResult {
+        /// The call succeeded.
+        Ok => "ok",
+        /// [`ErrorClass::Transient`].
+        Transient => "transient",
+        /// [`ErrorClass::Permanent`].
+        Permanent => "permanent",
+        /// [`ErrorClass::NotAuthenticated`].
+        NotAuthenticated => "not_authenticated",
+        /// [`ErrorClass::NotFound`].
+        NotFound => "not_found",
+    }
+}
+
+impl From<ErrorClass> for BackendResult {
+    fn from(class: ErrorClass) -> Self {
+        match class {
+            ErrorClass::Transient => BackendResult::Transient,
+            ErrorClass::Permanent => BackendResult::Permanent,
+            ErrorClass::NotAuthenticated => BackendResult::NotAuthenticated,
+            ErrorClass::NotFound => BackendResult::NotFound,
+        }
+    }
+}
+
+impl BackendResult {
+    /// The class of a backend call's result.
+    pub fn of<T>(result: &Result<T, BackendError>) -> Self {
+        match result {
+            Ok(_) => BackendResult::Ok,
+            Err(e) => e.class.into(),
+        }
+    }
+}
+
+/// The label value of a [`Phase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct PhaseValue(pub(super) Phase);
+
+impl EncodeLabelValue for PhaseValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.0.as_str())
+    }
+}
+
+/// Every phase, for zero-initialising `volmig_volumes`.
+pub(super) const PHASES: [Phase; 5] = [
+    Phase::Pending,
+    Phase::Registering,
+    Phase::Registered,
+    Phase::Failed,
+    Phase::Unregistering,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct RegistrationLabels {
+    pub(super) result: RegistrationResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct PhaseLabels {
+    pub(super) phase: PhaseValue,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct ActionLabels {
+    pub(super) action: SyncAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct PassLabels {
+    pub(super) result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct BackendLabels {
+    pub(super) operation: &'static str,
+    pub(super) result: BackendResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct OperationLabels {
+    pub(super) operation: &'static str,
+}
+
+pub(super) fn pass_labels(ok: bool) -> PassLabels {
+    PassLabels {
+        result: if ok { "ok" } else { "failed" },
+    }
+}

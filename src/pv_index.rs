@@ -1,0 +1,228 @@
+//! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
+//! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use crate::volume_path::{PathError, VolumePath};
+
+/// Annotation set on in-tree PVs handled by the CSI migration.
+pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
+
+/// What one PV says about vSphere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PvVolume {
+    /// An in-tree vSphere PV with a valid path.
+    Valid(VolumePath),
+    /// An in-tree vSphere PV whose path does not parse.
+    Invalid(PathError),
+}
+
+/// The in-tree vSphere volume of `pv`, or `None` for any other kind of PV.
+pub fn pv_volume(pv: &PersistentVolume) -> Option<PvVolume> {
+    let raw = &pv.spec.as_ref()?.vsphere_volume.as_ref()?.volume_path;
+    Some(match VolumePath::parse(raw) {
+        Ok(path) => PvVolume::Valid(path),
+        Err(e) => PvVolume::Invalid(e),
+    })
+}
+
+/// What changed when a PV was recorded or removed: paths whose PV lists changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct IndexChange {
+    /// Paths whose set of PVs changed.
+    pub touched: Vec<VolumePath>,
+}
+
+#[derive(Default)]
+struct State {
+    by_pv: HashMap<String, PvVolume>,
+    by_path: HashMap<VolumePath, BTreeSet<String>>,
+    /// PVs with an invalid path not yet reported with a Warning Event.
+    unreported_invalid: BTreeMap<String, PathError>,
+    synced: bool,
+}
+
+/// Thread-safe index of in-tree vSphere PVs by name and by canonical path.
+#[derive(Default)]
+pub struct PvIndex {
+    state: Mutex<State>,
+}
+
+impl PvIndex {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what PV `name` says now (`None`: not an in-tree vSphere PV).
+    pub fn upsert(&self, name: &str, volume: Option<PvVolume>) -> IndexChange {
+        let mut s = self.lock();
+        let old = match volume.clone() {
+            Some(v) => s.by_pv.insert(name.to_owned(), v),
+            None => s.by_pv.remove(name),
+        };
+        if old == volume {
+            return IndexChange::default();
+        }
+        let mut change = IndexChange::default();
+        s.unreported_invalid.remove(name);
+        if let Some(PvVolume::Valid(old_path)) = old {
+            remove_pv(&mut s, &old_path, name);
+            change.touched.push(old_path);
+        }
+        match volume {
+            Some(PvVolume::Valid(path)) => {
+                s.by_path.entry(path.clone()).or_default().insert(name.to_owned());
+                change.touched.push(path);
+            }
+            Some(PvVolume::Invalid(e)) => {
+                s.unreported_invalid.insert(name.to_owned(), e);
+            }
+            None => {}
+        }
+        change
+    }
+
+    /// PVs with an invalid path that were not reported yet; they count as reported after
+    /// this call (the caller publishes one Warning Event each).
+    pub fn take_unreported_invalid(&self) -> Vec<(String, PathError)> {
+        std::mem::take(&mut self.lock().unreported_invalid)
+            .into_iter()
+            .collect()
+    }
+
+    /// Forgets PV `name`.
+    pub fn remove(&self, name: &str) -> IndexChange {
+        self.upsert(name, None)
+    }
+
+    /// Forgets every PV not in `keep` (after a re-list); returns the touched paths.
+    pub fn retain(&self, keep: &HashSet<String>) -> Vec<VolumePath> {
+        let gone: Vec<String> = self
+            .lock()
+            .by_pv
+            .keys()
+            .filter(|name| !keep.contains(*name))
+            .cloned()
+            .collect();
+        gone.iter().flat_map(|name| self.remove(name).touched).collect()
+    }
+
+    /// Names of the PVs that reference `path`, sorted.
+    pub fn pvs_for(&self, path: &VolumePath) -> Vec<String> {
+        self.lock()
+            .by_path
+            .get(path)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every valid path with its PVs.
+    pub fn paths(&self) -> Vec<(VolumePath, Vec<String>)> {
+        self.lock()
+            .by_path
+            .iter()
+            .map(|(p, pvs)| (p.clone(), pvs.iter().cloned().collect()))
+            .collect()
+    }
+
+    /// Number of in-tree vSphere PVs tracked (valid or not).
+    pub fn len(&self) -> usize {
+        self.lock().by_pv.len()
+    }
+
+    /// True when no PV is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Marks the initial list as complete.
+    pub fn set_synced(&self) {
+        self.lock().synced = true;
+    }
+
+    /// True once the initial list has been indexed.
+    pub fn is_synced(&self) -> bool {
+        self.lock().synced
+    }
+}
+
+fn remove_pv(s: &mut State, path: &VolumePath, name: &str) {
+    if let Some(set) = s.by_path.get_mut(path) {
+        set.remove(name);
+        if set.is_empty() {
+            s.by_path.remove(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(p: &str) -> Option<PvVolume> {
+        Some(PvVolume::Valid(VolumePath::parse(p).unwrap()))
+    }
+
+    #[test]
+    fn two_pvs_share_one_path_and_leave_cleanly() {
+        let index = PvIndex::default();
+        let a = index.upsert("pv-a", valid("[ds] x.vmdk"));
+        assert_eq!(a.touched.len(), 1);
+        index.upsert("pv-b", valid("[/DC/datastore/ds] ./x.vmdk"));
+        let path = VolumePath::parse("[ds] x.vmdk").unwrap();
+        assert_eq!(index.pvs_for(&path), ["pv-a", "pv-b"]);
+        assert!(index.upsert("pv-a", valid("[ds] x.vmdk")).touched.is_empty(), "no-op");
+        index.remove("pv-a");
+        assert_eq!(index.pvs_for(&path), ["pv-b"]);
+        let gone = index.retain(&HashSet::new());
+        assert_eq!(gone, [path.clone()]);
+        assert!(index.pvs_for(&path).is_empty());
+        assert!(index.paths().is_empty());
+        assert!(index.is_empty());
+    }
+
+    #[test]
+    fn moving_a_pv_touches_both_paths() {
+        let index = PvIndex::default();
+        index.upsert("pv", valid("[ds] a.vmdk"));
+        let change = index.upsert("pv", valid("[ds] b.vmdk"));
+        assert_eq!(change.touched.len(), 2);
+    }
+
+    #[test]
+    fn invalid_paths_are_reported_once() {
+        let index = PvIndex::default();
+        let err = VolumePath::parse("nope").unwrap_err();
+        index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
+        assert_eq!(index.take_unreported_invalid(), [("pv".to_string(), err.clone())]);
+        index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
+        assert!(index.take_unreported_invalid().is_empty(), "unchanged: reported once");
+        let other = VolumePath::parse("[ds]").unwrap_err();
+        index.upsert("pv", Some(PvVolume::Invalid(other.clone())));
+        assert_eq!(index.take_unreported_invalid(), [("pv".to_string(), other)]);
+        index.upsert("fixed", Some(PvVolume::Invalid(err)));
+        index.upsert("fixed", valid("[ds] ok.vmdk"));
+        assert!(index.take_unreported_invalid().is_empty(), "fixed before reporting");
+        assert_eq!(index.len(), 2);
+        assert!(index.paths().is_empty());
+    }
+
+    #[test]
+    fn non_vsphere_pvs_are_ignored() {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "nfs"},
+            "spec": {"nfs": {"server": "s", "path": "/x"}, "capacity": {"storage": "1Gi"}}
+        }))
+        .unwrap();
+        assert_eq!(pv_volume(&pv), None);
+        let vs: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "v"},
+            "spec": {"vsphereVolume": {"volumePath": "[ds] k/v.vmdk", "fsType": "ext4"}}
+        }))
+        .unwrap();
+        assert_eq!(pv_volume(&vs), valid("[ds] k/v.vmdk"));
+    }
+}

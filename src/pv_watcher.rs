@@ -1,0 +1,127 @@
+//! Watches PersistentVolumes: keeps the [`PvIndex`] current on every replica and, on the
+//! leader, makes sure each in-tree vSphere path has its VolumeMigration and that the
+//! reconciler hears about every change of a path's PVs.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::api::VolumeMigration;
+use crate::events::reason as event_reason;
+use crate::migrations::ensure_migration;
+use crate::pv_index::{IndexChange, pv_volume};
+use crate::reconcile::Context;
+use crate::volume_path::VolumePath;
+
+/// The PV watcher of one replica.
+pub struct PvWatcher {
+    /// Shared reconciler context (index, leader gate, events, client).
+    pub ctx: Arc<Context>,
+    /// The controller's VolumeMigration cache (to skip creates of existing objects).
+    pub migrations: Store<VolumeMigration>,
+    /// Where to send reconcile triggers.
+    pub trigger: UnboundedSender<ObjectRef<VolumeMigration>>,
+}
+
+impl PvWatcher {
+    /// Watches `pvs` until `shutdown`. Watch errors are retried with backoff by the
+    /// watcher; a re-list reconciles the index with what the API server holds.
+    pub async fn run(self, pvs: Api<PersistentVolume>, shutdown: CancellationToken) {
+        let mut stream = watcher::watcher(pvs, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut relist: Option<HashSet<String>> = None;
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                None => return,
+                Some(Err(e)) => warn!(error = %e, "PV watch failed; retrying with backoff"),
+                Some(Ok(Event::Init)) => relist = Some(HashSet::new()),
+                Some(Ok(Event::InitApply(pv))) => {
+                    if let (Some(seen), Some(name)) = (relist.as_mut(), &pv.metadata.name) {
+                        seen.insert(name.clone());
+                    }
+                    self.apply(&pv, true).await;
+                }
+                Some(Ok(Event::InitDone)) => {
+                    let keep = relist.take().unwrap_or_default();
+                    for path in self.ctx.index.retain(&keep) {
+                        self.touch(&path);
+                    }
+                    if !self.ctx.index.is_synced() {
+                        info!(tracked = self.ctx.index.len(), "PV cache synced");
+                    }
+                    self.ctx.index.set_synced();
+                    self.ctx.metrics.set_pvs_tracked(self.ctx.index.len());
+                }
+                Some(Ok(Event::Apply(pv))) => self.apply(&pv, false).await,
+                Some(Ok(Event::Delete(pv))) => {
+                    if let Some(name) = &pv.metadata.name {
+                        let change = self.ctx.index.remove(name);
+                        for path in &change.touched {
+                            self.touch(path);
+                        }
+                        self.ctx.metrics.set_pvs_tracked(self.ctx.index.len());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn apply(&self, pv: &PersistentVolume, initial: bool) {
+        let Some(name) = pv.metadata.name.as_deref() else {
+            return;
+        };
+        let change: IndexChange = self.ctx.index.upsert(name, pv_volume(pv));
+        for path in &change.touched {
+            self.touch(path);
+        }
+        if !self.ctx.leader.is_open() {
+            return;
+        }
+        report_invalid_paths(&self.ctx).await;
+        if initial {
+            // Missing objects of the initial list are created by the start-up full sync.
+            return;
+        }
+        for path in &change.touched {
+            let cached = self.migrations.get(&ObjectRef::new(&path.object_name()));
+            if cached.is_none()
+                && !self.ctx.index.pvs_for(path).is_empty()
+                && let Err(e) = ensure_migration(&self.ctx.migrations, path).await
+            {
+                warn!(%path, pv = name, error = %e, "could not create the VolumeMigration; full sync will retry");
+            }
+        }
+    }
+
+    fn touch(&self, path: &VolumePath) {
+        // The receiver lives as long as the controller; a closed channel means shutdown.
+        let _ = self
+            .trigger
+            .unbounded_send(ObjectRef::new(&path.object_name()));
+    }
+}
+
+/// Publishes one Warning Event per PV whose path became invalid since the last report.
+/// Called by the leader only (the PV watcher and every full-sync pass).
+pub async fn report_invalid_paths(ctx: &Context) {
+    for (pv, error) in ctx.index.take_unreported_invalid() {
+        warn!(pv, %error, "PV has an invalid vSphere volume path; not migrating it");
+        ctx.events
+            .pv(&pv, true, event_reason::INVALID_VOLUME_PATH, error.to_string())
+            .await;
+    }
+}

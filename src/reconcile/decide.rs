@@ -1,0 +1,146 @@
+//! What the VolumeMigration reconciler should do, as a pure function of what it read.
+
+use std::time::Duration;
+
+use crate::api::{FINALIZER, Phase, VolumeMigration};
+use crate::cli::OnPvDelete;
+use crate::registrar::reason;
+use crate::status::retry_due_in;
+use crate::volume_path::VolumePath;
+
+/// What the reconciler read about one VolumeMigration.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    /// The object.
+    pub migration: &'a VolumeMigration,
+    /// The PVs that reference its path now (sorted).
+    pub pvs: &'a [String],
+    /// Current time.
+    pub now: jiff::Timestamp,
+    /// `--on-pv-delete`.
+    pub on_pv_delete: OnPvDelete,
+}
+
+/// The main step of a reconciliation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Register (or adopt) the path.
+    Register(VolumePath),
+    /// Failed transiently; try again after this long.
+    RetryAfter(Duration),
+    /// The spec path is invalid: record it (once).
+    RecordInvalidPath(String),
+    /// The object is being deleted: unregister if asked, then drop the finalizer.
+    Finalize {
+        /// Unregister the CNS volume first (no PV is left and the policy says so).
+        unregister: Option<VolumePath>,
+        /// PVs still use the path: recreate the object once it is gone.
+        recreate: Option<VolumePath>,
+    },
+    /// Nothing to do until something changes (or the next full sync).
+    Idle,
+}
+
+/// Everything one reconciliation does, in order: finalizer, PV list, then the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Add volmig's finalizer first.
+    pub add_finalizer: bool,
+    /// Write this PV list to the status first.
+    pub set_pvs: Option<Vec<String>>,
+    /// The main step.
+    pub step: Step,
+}
+
+fn has_finalizer(vm: &VolumeMigration) -> bool {
+    vm.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == FINALIZER))
+}
+
+/// Reasons that will not change by retrying: wait for a spec change or a full sync.
+fn is_permanent_reason(r: &str) -> bool {
+    matches!(
+        r,
+        reason::DISK_NOT_FOUND | reason::INVALID_PATH | reason::PERMANENT
+    )
+}
+
+/// Decides the plan for one VolumeMigration.
+pub fn decide(observed: &Observed<'_>) -> Plan {
+    let vm = observed.migration;
+    let status = vm.status.clone().unwrap_or_default();
+    let path = VolumePath::parse(&vm.spec.volume_path);
+
+    if vm.metadata.deletion_timestamp.is_some() {
+        let step = if has_finalizer(vm) {
+            let path = path.ok();
+            let still_used = !observed.pvs.is_empty();
+            let holds_volume = status.volume_id.is_some()
+                || matches!(
+                    status.phase,
+                    Some(Phase::Registering | Phase::Unregistering | Phase::Failed)
+                );
+            Step::Finalize {
+                unregister: path.clone().filter(|_| {
+                    !still_used && holds_volume && observed.on_pv_delete == OnPvDelete::Unregister
+                }),
+                recreate: path.filter(|_| still_used),
+            }
+        } else {
+            Step::Idle
+        };
+        return Plan {
+            add_finalizer: false,
+            set_pvs: None,
+            step,
+        };
+    }
+
+    let current_pvs = status.persistent_volumes.clone().unwrap_or_default();
+    let set_pvs = (current_pvs != observed.pvs).then(|| observed.pvs.to_vec());
+    let mut plan = Plan {
+        add_finalizer: !has_finalizer(vm),
+        set_pvs,
+        step: Step::Idle,
+    };
+
+    let path = match path {
+        Ok(path) => path,
+        Err(e) => {
+            let recorded = status
+                .last_error
+                .as_ref()
+                .is_some_and(|l| l.reason == reason::INVALID_PATH);
+            if !recorded {
+                plan.step = Step::RecordInvalidPath(e.to_string());
+            }
+            return plan;
+        }
+    };
+    if observed.pvs.is_empty() {
+        // Unused paths are registered by nobody; full sync handles their deletion.
+        return plan;
+    }
+    plan.step = match status.phase {
+        Some(Phase::Registered) if status.volume_id.is_some() => Step::Idle,
+        Some(Phase::Failed) => {
+            let permanent = status
+                .last_error
+                .as_ref()
+                .is_some_and(|l| is_permanent_reason(&l.reason));
+            match retry_due_in(&status, observed.now) {
+                _ if permanent => Step::Idle,
+                Some(wait) if !wait.is_zero() => Step::RetryAfter(wait),
+                _ => Step::Register(path),
+            }
+        }
+        _ => Step::Register(path),
+    };
+    plan
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

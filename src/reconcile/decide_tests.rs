@@ -1,0 +1,199 @@
+use super::*;
+use crate::api::{LastError, VolumeMigrationSpec, VolumeMigrationStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+const PATH: &str = "[ds] k/disk.vmdk";
+
+fn now() -> jiff::Timestamp {
+    "2026-12-02T10:00:00Z".parse().unwrap()
+}
+
+fn vm(status: VolumeMigrationStatus, finalizer: bool, deleting: bool) -> VolumeMigration {
+    let mut vm = VolumeMigration::new(
+        "disk-12345678",
+        VolumeMigrationSpec {
+            volume_path: PATH.into(),
+            storage_policy_name: None,
+        },
+    );
+    if finalizer {
+        vm.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    }
+    if deleting {
+        vm.metadata.deletion_timestamp = Some(Time(now()));
+    }
+    vm.status = Some(status);
+    vm
+}
+
+fn status(phase: Option<Phase>, id: Option<&str>, pvs: &[&str]) -> VolumeMigrationStatus {
+    VolumeMigrationStatus {
+        phase,
+        volume_id: id.map(Into::into),
+        persistent_volumes: (!pvs.is_empty()).then(|| pvs.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+fn failed(reason: &str, next: Option<&str>) -> VolumeMigrationStatus {
+    VolumeMigrationStatus {
+        phase: Some(Phase::Failed),
+        persistent_volumes: Some(vec!["pv-1".into()]),
+        last_error: Some(LastError {
+            reason: reason.into(),
+            message: "m".into(),
+            time: Time(now()),
+        }),
+        next_retry_time: next.map(|t| Time(t.parse().unwrap())),
+        ..Default::default()
+    }
+}
+
+fn plan(vm: &VolumeMigration, pvs: &[&str], policy: OnPvDelete) -> Plan {
+    let pvs: Vec<String> = pvs.iter().map(|s| s.to_string()).collect();
+    decide(&Observed {
+        migration: vm,
+        pvs: &pvs,
+        now: now(),
+        on_pv_delete: policy,
+    })
+}
+
+fn path() -> VolumePath {
+    VolumePath::parse(PATH).unwrap()
+}
+
+#[test]
+fn new_object_gets_finalizer_pvs_and_registration() {
+    let p = plan(&vm(status(None, None, &[]), false, false), &["pv-1"], OnPvDelete::Unregister);
+    assert!(p.add_finalizer);
+    assert_eq!(p.set_pvs, Some(vec!["pv-1".to_string()]));
+    assert_eq!(p.step, Step::Register(path()));
+}
+
+#[test]
+fn registered_and_in_sync_is_idle_with_no_writes() {
+    let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(p, Plan { add_finalizer: false, set_pvs: None, step: Step::Idle });
+}
+
+#[test]
+fn registered_without_id_registers_again() {
+    let s = status(Some(Phase::Registered), None, &["pv-1"]);
+    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Register(path()));
+}
+
+#[test]
+fn every_unfinished_phase_registers() {
+    for phase in [None, Some(Phase::Pending), Some(Phase::Registering), Some(Phase::Unregistering)]
+    {
+        let s = status(phase, None, &["pv-1"]);
+        let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+        assert_eq!(p.step, Step::Register(path()), "{phase:?}");
+        assert_eq!(p.set_pvs, None);
+    }
+}
+
+#[test]
+fn pv_list_change_is_written() {
+    let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    let p = plan(&vm(s, true, false), &["pv-1", "pv-2"], OnPvDelete::Unregister);
+    assert_eq!(p.set_pvs, Some(vec!["pv-1".to_string(), "pv-2".to_string()]));
+    assert_eq!(p.step, Step::Idle);
+    let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    let p = plan(&vm(s, true, false), &[], OnPvDelete::Unregister);
+    assert_eq!(p.set_pvs, Some(vec![]));
+    assert_eq!(p.step, Step::Idle, "unused paths are left to full sync");
+}
+
+#[test]
+fn unused_path_is_not_registered() {
+    let p = plan(&vm(status(None, None, &[]), true, false), &[], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Idle);
+    assert_eq!(p.set_pvs, None);
+}
+
+#[test]
+fn failed_transient_waits_until_due_then_registers() {
+    let s = failed(reason::TRANSIENT, Some("2026-12-02T10:00:30Z"));
+    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::RetryAfter(Duration::from_secs(30)));
+    let s = failed(reason::TRANSIENT, Some("2026-12-02T09:59:00Z"));
+    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Register(path()));
+    let s = failed(reason::NOT_AUTHENTICATED, None);
+    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Register(path()));
+}
+
+#[test]
+fn failed_permanent_waits_for_full_sync() {
+    for r in [reason::DISK_NOT_FOUND, reason::PERMANENT, reason::INVALID_PATH] {
+        let s = failed(r, None);
+        let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+        assert_eq!(p.step, Step::Idle, "{r}");
+    }
+}
+
+#[test]
+fn invalid_spec_path_is_recorded_once() {
+    let mut v = vm(status(None, None, &[]), true, false);
+    v.spec.volume_path = "no-brackets.vmdk".into();
+    let p = plan(&v, &[], OnPvDelete::Unregister);
+    assert!(matches!(p.step, Step::RecordInvalidPath(ref m) if m.contains("datastore")));
+    v.status = Some(failed(reason::INVALID_PATH, None));
+    v.status.as_mut().unwrap().persistent_volumes = None;
+    let p = plan(&v, &[], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Idle);
+}
+
+#[test]
+fn deletion_without_pvs_unregisters_per_policy() {
+    let s = status(Some(Phase::Registered), Some("v1"), &[]);
+    let p = plan(&vm(s.clone(), true, true), &[], OnPvDelete::Unregister);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: Some(path()),
+            recreate: None
+        }
+    );
+    let p = plan(&vm(s, true, true), &[], OnPvDelete::Keep);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: None,
+            recreate: None
+        }
+    );
+}
+
+#[test]
+fn deletion_by_hand_while_used_keeps_volume_and_recreates() {
+    let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    let p = plan(&vm(s, true, true), &["pv-1"], OnPvDelete::Unregister);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: None,
+            recreate: Some(path())
+        }
+    );
+    assert!(!p.add_finalizer);
+}
+
+#[test]
+fn deletion_of_never_registered_object_just_releases() {
+    let p = plan(&vm(status(None, None, &[]), true, true), &[], OnPvDelete::Unregister);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: None,
+            recreate: None
+        }
+    );
+    let p = plan(&vm(status(None, None, &[]), false, true), &[], OnPvDelete::Unregister);
+    assert_eq!(p.step, Step::Idle, "not ours to finalize");
+}

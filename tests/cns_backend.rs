@@ -1,0 +1,550 @@
+//! Acceptance tests of the vSphere CNS backend (issue 8) against a freshly started govmomi
+//! vCenter simulator each (`tests/support/vcsim/`). What vCenter holds is always read from
+//! the harness's own listing, never through the client under test.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed unwrap is a test failure"
+)]
+
+#[path = "support/vcsim.rs"]
+mod vcsim;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tracing_subscriber::fmt::MakeWriter;
+use volmig::VolumePath;
+use volmig::backend::cns::{CnsBackend, CnsConfig};
+use volmig::backend::{
+    BackendError, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId, list_all_volumes,
+};
+use volmig::registrar::{InMemoryStatusStore, RegisterError, Registrar, RegistrarConfig};
+
+use vcsim::{Vcsim, VcsimOptions};
+
+const CLUSTER: &str = "cluster-1";
+
+/// A backend configuration for `sim`, trusting its CA.
+fn config(sim: &Vcsim) -> CnsConfig {
+    let mut config = CnsConfig::new(
+        sim.url.parse().unwrap(),
+        sim.username.as_str(),
+        sim.password.as_str(),
+    );
+    config.ca_file = sim.cert.clone();
+    config.request_timeout = Duration::from_secs(30);
+    config
+}
+
+async fn connect(sim: &Vcsim) -> CnsBackend {
+    CnsBackend::connect(config(sim))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", sim.url))
+}
+
+fn registrar(backend: &CnsBackend, max_concurrent: usize) -> Registrar {
+    Registrar::new(
+        Arc::new(backend.clone()),
+        Arc::new(InMemoryStatusStore::default()),
+        RegistrarConfig::new(CLUSTER)
+            .with_max_concurrent(max_concurrent)
+            .with_rate_limit(None),
+    )
+}
+
+fn path(raw: &str) -> VolumePath {
+    VolumePath::parse(raw).unwrap()
+}
+
+fn request(path: &VolumePath) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        path: path.clone(),
+        name: path.cns_volume_name(),
+        cluster_id: CLUSTER.to_owned(),
+        storage_policy_name: None,
+    }
+}
+
+/// Captured `tracing` output of the current thread (tests run on a current-thread runtime,
+/// so every task of the test logs here).
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+}
+
+impl Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn register_creates_one_volume_with_the_expected_name_and_backing_and_adopts_it_later() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+
+    let registrar1 = registrar(&backend, 8);
+    let first = registrar1.register(&disk).await.unwrap();
+
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    let volume = &volumes[0];
+    assert_eq!(volume.id, first.volume_id.0);
+    assert_eq!(volume.name, disk.cns_volume_name());
+    assert_eq!(volume.volume_type, "BLOCK");
+    assert_eq!(volume.cluster_id, CLUSTER);
+    assert_eq!(volume.backing_path, "[LocalDS_0] kubevols/disk-0001.vmdk");
+    assert_eq!(
+        volume.backing_disk_url_path,
+        format!(
+            "https://{}/folder/kubevols/disk-0001.vmdk?dcPath=DC0&dsName=LocalDS_0",
+            sim.host_port()
+        )
+    );
+
+    // Again through the same registrar, and through a fresh one (empty status store, as
+    // after a crash between "CNS created it" and "status written"): same ID, one volume.
+    let again = registrar1.register(&disk).await.unwrap();
+    assert_eq!(again.volume_id, first.volume_id);
+    let fresh = registrar(&backend, 8).register(&disk).await.unwrap();
+    assert_eq!(fresh.volume_id, first.volume_id);
+    assert!(fresh.adopted);
+    assert_eq!(sim.volumes().await.len(), 1);
+    assert_eq!(sim.stats().await.calls("CnsCreateVolume"), 1);
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_registrations_of_one_vmdk_make_one_volume() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .delay("CnsCreateVolume", 200),
+    )
+    .await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    let registrar = registrar(&backend, 8);
+
+    let results = join_all((0..32).map(|_| registrar.register(&disk))).await;
+    let ids: BTreeSet<VolumeId> = results.into_iter().map(|r| r.unwrap().volume_id).collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+
+    let volumes = sim.volumes_for(&disk.canonical()).await;
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    assert_eq!(Some(&volumes[0].id), ids.iter().next().map(|id| &id.0));
+    assert!(sim.duplicates().await.is_empty());
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_creates_without_the_registrar_make_duplicates() {
+    // Proof that the test above can fail: the backend alone (like vCenter) does not dedupe.
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .delay("CnsCreateVolume", 200),
+    )
+    .await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    let req = request(&disk);
+
+    let results = join_all((0..32).map(|_| backend.create_volume(&req))).await;
+    let ids: BTreeSet<VolumeId> = results.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(ids.len(), 32);
+
+    let volumes = sim.volumes_for(&disk.canonical()).await;
+    assert_eq!(volumes.len(), 32);
+    assert_eq!(
+        sim.duplicates().await.get(&disk.canonical()).map(Vec::len),
+        Some(32)
+    );
+    assert!(sim.stats().await.max_in_flight("CnsCreateVolume") > 1);
+}
+
+#[tokio::test]
+async fn two_hundred_vmdks_with_eight_concurrent_calls() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(200)
+            .delay("CnsCreateVolume", 50),
+    )
+    .await;
+    let backend = connect(&sim).await;
+    let registrar = registrar(&backend, 8);
+    let disks: Vec<VolumePath> = (1..=200)
+        .map(|n| path(&sim.vmdk_path("kubevols", n)))
+        .collect();
+
+    let results = join_all(disks.iter().map(|d| registrar.register(d))).await;
+    let ids: BTreeSet<VolumeId> = results.into_iter().map(|r| r.unwrap().volume_id).collect();
+    assert_eq!(ids.len(), 200);
+
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 200);
+    assert!(sim.duplicates().await.is_empty());
+    let listed: BTreeSet<String> = volumes.iter().map(|v| v.backing_path.clone()).collect();
+    let expected: BTreeSet<String> = disks.iter().map(VolumePath::canonical).collect();
+    assert_eq!(listed, expected);
+    let listed_ids: BTreeSet<VolumeId> = volumes.iter().map(|v| VolumeId(v.id.clone())).collect();
+    assert_eq!(listed_ids, ids);
+
+    let stats = sim.stats().await;
+    assert_eq!(stats.calls("CnsCreateVolume"), 200);
+    let peak = stats.max_in_flight("CnsCreateVolume");
+    assert!(peak <= 8, "{peak} creates were in flight at once");
+    assert!(peak >= 2, "the limit was never exercised (peak {peak})");
+}
+
+#[tokio::test]
+async fn a_vmdk_that_does_not_exist_is_disk_not_found_and_registers_nothing() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let backend = connect(&sim).await;
+    let registrar = registrar(&backend, 8);
+
+    for missing in [
+        "[LocalDS_0] kubevols/missing.vmdk",
+        "[NoSuchDatastore] kubevols/a.vmdk",
+    ] {
+        let err = registrar.register(&path(missing)).await.unwrap_err();
+        assert!(
+            matches!(err, RegisterError::DiskNotFound { .. }),
+            "{missing}: {err:?}"
+        );
+        assert_eq!(err.reason(), "DiskNotFound");
+        assert!(!err.is_retryable());
+    }
+    let err = backend
+        .disk_uuid(&path("[LocalDS_0] kubevols/missing.vmdk"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.class, err.fault.as_str()),
+        (ErrorClass::NotFound, "FileNotFound")
+    );
+    assert!(
+        err.message.contains("[LocalDS_0] kubevols/missing.vmdk"),
+        "{err}"
+    );
+
+    assert!(sim.volumes().await.is_empty());
+    assert_eq!(sim.stats().await.calls("CnsCreateVolume"), 0);
+}
+
+#[tokio::test]
+async fn unregister_keeps_the_vmdk_removes_the_volume_and_may_be_repeated() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let backend = connect(&sim).await;
+    let registrar = registrar(&backend, 8);
+    let raw = sim.vmdk_path("kubevols", 1);
+    let disk = path(&raw);
+    let file = sim.vmdk_file(&raw).unwrap();
+    let uuid = backend.disk_uuid(&disk).await.unwrap();
+
+    let id = registrar.register(&disk).await.unwrap().volume_id;
+    assert_eq!(sim.volumes().await.len(), 1);
+
+    registrar.unregister(&disk).await.unwrap();
+    assert!(sim.volumes().await.is_empty());
+    assert!(file.is_file(), "{} was deleted", file.display());
+    assert_eq!(backend.disk_uuid(&disk).await.unwrap(), uuid);
+
+    registrar.unregister(&disk).await.unwrap();
+    let err = backend.delete_volume(&id).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::NotFound, "{err}");
+    assert!(file.is_file());
+}
+
+#[tokio::test]
+async fn wrong_password_is_a_typed_error_naming_url_and_user_never_the_password() {
+    const PASSWORD: &str = "Corr3ct-Horse-Battery";
+    const WRONG: &str = "Wr0ng-Staple-Secret";
+    let logs = LogBuffer::default();
+    let _guard = logs.install();
+    let opts = VcsimOptions {
+        username: "admin@vsphere.local".to_owned(),
+        password: PASSWORD.to_owned(),
+        ..VcsimOptions::default().vmdks(1)
+    };
+    let sim = Vcsim::start(opts).await;
+
+    let mut wrong = config(&sim);
+    wrong.password = WRONG.into();
+    let err: BackendError = CnsBackend::connect(wrong).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::NotAuthenticated);
+    assert_eq!(err.fault, "InvalidLogin");
+    let shown = format!("{err} / {err:?}");
+    assert!(shown.contains(&sim.url), "{shown}");
+    assert!(shown.contains("admin@vsphere.local"), "{shown}");
+
+    // A working login and a few calls, so that the logs have something to leak.
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    backend.disk_uuid(&disk).await.unwrap();
+    backend.create_volume(&request(&disk)).await.unwrap();
+    backend.logout().await;
+
+    let text = logs.text();
+    assert!(text.contains("logged in"), "logs were not captured: {text}");
+    for secret in [PASSWORD, WRONG] {
+        assert!(!shown.contains(secret), "password in the error: {shown}");
+        assert!(!text.contains(secret), "password in the logs:\n{text}");
+        assert!(!format!("{backend:?}").contains(secret));
+    }
+}
+
+#[tokio::test]
+async fn tls_is_verified_by_default_and_accepts_the_ca_file_or_explicit_insecure() {
+    let logs = LogBuffer::default();
+    let _guard = logs.install();
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    assert!(sim.url.starts_with("https://"));
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+
+    let mut system_roots = config(&sim);
+    system_roots.ca_file = None;
+    let err = CnsBackend::connect(system_roots).await.unwrap_err();
+    assert_eq!(err.fault, "TlsCertificate", "{err}");
+    assert!(err.message.contains(&sim.url), "{err}");
+    assert_eq!(sim.stats().await.calls("Login"), 0);
+    assert!(!logs.text().contains("--vc-insecure"));
+
+    let with_ca = connect(&sim).await;
+    with_ca.disk_uuid(&disk).await.unwrap();
+    assert!(!logs.text().contains("--vc-insecure"));
+
+    let mut insecure = config(&sim);
+    insecure.ca_file = None;
+    insecure.insecure = true;
+    let backend = CnsBackend::connect(insecure).await.unwrap();
+    backend.disk_uuid(&disk).await.unwrap();
+    let text = logs.text();
+    assert_eq!(text.matches("--vc-insecure").count(), 1, "{text}");
+    assert!(text.contains("WARN"), "{text}");
+}
+
+#[tokio::test]
+async fn a_datastore_inventory_path_and_a_datacenter_inside_a_folder_resolve() {
+    let opts = VcsimOptions {
+        datacenter_folder: Some("Prod".to_owned()),
+        ..VcsimOptions::default().vmdks(1)
+    };
+    let sim = Vcsim::start(opts).await;
+    assert_eq!(sim.datacenters, vec!["/Prod/DC0".to_owned()]);
+    let disk = path("[/Prod/DC0/datastore/LocalDS_0] kubevols/disk-0001.vmdk");
+
+    for datacenters in [vec![], vec!["/Prod/DC0".to_owned()], vec!["DC0".to_owned()]] {
+        let mut config = config(&sim);
+        config.datacenters = datacenters.clone();
+        let backend = CnsBackend::connect(config).await.unwrap();
+        backend
+            .disk_uuid(&disk)
+            .await
+            .unwrap_or_else(|e| panic!("{datacenters:?}: {e}"));
+    }
+    let backend = connect(&sim).await;
+    let id = registrar(&backend, 8)
+        .register(&disk)
+        .await
+        .unwrap()
+        .volume_id;
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].id, id.0);
+    assert_eq!(
+        volumes[0].backing_path,
+        "[LocalDS_0] kubevols/disk-0001.vmdk"
+    );
+    assert!(
+        volumes[0]
+            .backing_disk_url_path
+            .ends_with("?dcPath=Prod%2FDC0&dsName=LocalDS_0"),
+        "{}",
+        volumes[0].backing_disk_url_path
+    );
+
+    for unknown in ["/DC0", "NoSuchDC"] {
+        let mut config = config(&sim);
+        config.datacenters = vec![unknown.to_owned()];
+        let err = CnsBackend::connect(config).await.unwrap_err();
+        assert_eq!(
+            (err.class, err.fault.as_str()),
+            (ErrorClass::Permanent, "DatacenterNotFound")
+        );
+        assert!(
+            err.message.contains("Prod/DC0"),
+            "lists the known ones: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn file_names_with_reserved_and_non_ascii_characters_are_escaped() {
+    let sim = Vcsim::start(VcsimOptions::default()).await;
+    let raw = "[LocalDS_0] my vols/a #1&b=c+d?e%f ü日本.vmdk";
+    sim.create_vmdk(raw).await;
+    let backend = connect(&sim).await;
+    let disk = path(raw);
+
+    let id = registrar(&backend, 8)
+        .register(&disk)
+        .await
+        .unwrap()
+        .volume_id;
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    assert_eq!(volumes[0].id, id.0);
+    assert_eq!(volumes[0].backing_path, raw);
+    assert_eq!(
+        volumes[0].backing_disk_url_path,
+        format!(
+            "https://{}/folder/my%20vols/a%20%231%26b%3Dc%2Bd%3Fe%25f%20%C3%BC%E6%97%A5%E6%9C%AC.vmdk\
+             ?dcPath=DC0&dsName=LocalDS_0",
+            sim.host_port()
+        )
+    );
+    let found = backend
+        .find_volumes(&disk.cns_volume_name(), &disk)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].backing_path.as_ref(), Some(&disk));
+}
+
+#[tokio::test]
+async fn an_expired_session_is_renewed_once_transparently() {
+    let mut sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    let uuid = backend.disk_uuid(&disk).await.unwrap();
+
+    // vCenter forgets every session (and registration).
+    sim.restart().await;
+    assert_eq!(backend.disk_uuid(&disk).await.unwrap(), uuid);
+    let stats = sim.stats().await;
+    assert_eq!(stats.calls("Login"), 1);
+    assert_eq!(
+        stats.calls("QueryVirtualDiskUuid"),
+        2,
+        "one rejected, one retried"
+    );
+
+    // After an explicit logout the next call logs in again, too.
+    backend.logout().await;
+    backend.create_volume(&request(&disk)).await.unwrap();
+    assert_eq!(sim.stats().await.calls("Login"), 2);
+    assert_eq!(sim.volumes().await.len(), 1);
+}
+
+#[tokio::test]
+async fn volumes_are_listed_through_every_page() {
+    let opts = VcsimOptions {
+        page_limit: 7,
+        ..VcsimOptions::default().vmdks(20)
+    };
+    let sim = Vcsim::start(opts).await;
+    let backend = connect(&sim).await;
+    for n in 1..=20 {
+        backend
+            .create_volume(&request(&path(&sim.vmdk_path("kubevols", n))))
+            .await
+            .unwrap();
+    }
+    sim.reset_stats().await;
+
+    let listed = list_all_volumes(&backend).await.unwrap();
+    let listed_ids: BTreeSet<String> = listed.iter().map(|v| v.id.0.clone()).collect();
+    let sim_ids: BTreeSet<String> = sim.volumes().await.into_iter().map(|v| v.id).collect();
+    assert_eq!(listed.len(), 20);
+    assert_eq!(listed_ids, sim_ids);
+    assert!(
+        sim.stats().await.calls("CnsQueryVolume") >= 3,
+        "20 volumes in pages of 7"
+    );
+    let disk = path(&sim.vmdk_path("kubevols", 13));
+    let volume = listed
+        .iter()
+        .find(|v| v.name == disk.cns_volume_name())
+        .unwrap();
+    assert_eq!(volume.backing_path.as_ref(), Some(&disk));
+}
+
+#[tokio::test]
+async fn find_verifies_client_side_when_the_server_ignores_filters() {
+    let opts = VcsimOptions {
+        upstream_queries: true,
+        ..VcsimOptions::default().vmdks(3)
+    };
+    let sim = Vcsim::start(opts).await;
+    let backend = connect(&sim).await;
+    let disks: Vec<VolumePath> = (1..=3)
+        .map(|n| path(&sim.vmdk_path("kubevols", n)))
+        .collect();
+    let mut ids = Vec::new();
+    for disk in &disks {
+        ids.push(backend.create_volume(&request(disk)).await.unwrap());
+    }
+
+    let found = backend
+        .find_volumes(&disks[1].cns_volume_name(), &disks[1])
+        .await
+        .unwrap();
+    assert_eq!(
+        found.iter().map(|v| &v.id).collect::<Vec<_>>(),
+        vec![&ids[1]]
+    );
+    let none = backend
+        .find_volumes("volmig-nothing", &path("[LocalDS_0] kubevols/other.vmdk"))
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    assert_eq!(list_all_volumes(&backend).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn already_registered_fault_adopts_the_existing_volume() {
+    let opts = VcsimOptions {
+        already_registered_fault: true,
+        ..VcsimOptions::default().vmdks(1)
+    };
+    let sim = Vcsim::start(opts).await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+
+    let first = backend.create_volume(&request(&disk)).await.unwrap();
+    let second = backend.create_volume(&request(&disk)).await.unwrap();
+    assert_eq!(first, second);
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].id, first.0);
+}

@@ -1,0 +1,263 @@
+//! Every `volmig run` flag is reachable through a chart value, and what the chart renders
+//! is what volmig's own command line accepts.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Parser as _;
+use volmig::cli::{Cli, Command as CliCommand, LogFormat, OnPvDelete, RunArgs};
+
+use crate::helm::{describe, render, run};
+
+/// Values every flag test starts from: the two flags the daemon requires.
+const BASE: &[&str] = &[
+    "--set-string",
+    "vcenter.url=https://vc.base.example/sdk",
+    "--set-string",
+    "clusterId=base-cluster",
+];
+
+/// What a pod name looks like once Kubernetes substitutes `$(POD_NAME)`.
+pub const POD_NAME: &str = "volmig-7d9c8b5f4-x2k8q";
+
+/// Parses rendered container args with volmig's own command line, as the container would
+/// (after Kubernetes substitutes `$(POD_NAME)`).
+pub fn parse_run_args(args: &[String]) -> RunArgs {
+    let argv = std::iter::once("volmig".to_owned())
+        .chain(args.iter().map(|a| a.replace("$(POD_NAME)", POD_NAME)));
+    let cli = Cli::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("volmig rejects the chart's args {args:?}:\n{e}"));
+    match cli.command {
+        CliCommand::Run(run_args) => *run_args,
+        other => panic!("the chart's args run {other:?}, not `volmig run`"),
+    }
+}
+
+/// The long flags `volmig run --help` lists (without --help).
+pub fn run_flags() -> BTreeSet<String> {
+    let output = run(Command::new(env!("CARGO_BIN_EXE_volmig")).args(["run", "-h"]));
+    assert!(
+        output.status.success(),
+        "volmig run -h: {}",
+        describe(&output)
+    );
+    let help = String::from_utf8_lossy(&output.stdout);
+    let flags: BTreeSet<String> = help
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = line.strip_prefix("-h, ").unwrap_or(line);
+            let flag = line.strip_prefix("--")?;
+            let end = flag.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'));
+            Some(flag[..end.unwrap_or(flag.len())].to_owned())
+        })
+        .filter(|flag| flag != "help")
+        .collect();
+    assert!(
+        flags.len() >= 15,
+        "too few flags parsed from `volmig run -h`: {flags:?}\n{help}"
+    );
+    flags
+}
+
+type Check = fn(&RunArgs) -> bool;
+
+/// For each `volmig run` flag: the values that set it, the argument the chart must then
+/// render, and what the daemon must then parse.
+fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
+    vec![
+        (
+            "kubeconfig",
+            vec!["--set-string", "kubeconfig.existingSecret=remote-cluster"],
+            "--kubeconfig=/etc/volmig/kubeconfig/kubeconfig",
+            |a| a.kube.kubeconfig.as_deref() == Some("/etc/volmig/kubeconfig/kubeconfig".as_ref()),
+        ),
+        (
+            "vc-url",
+            vec!["--set-string", "vcenter.url=https://vc.flag.example/sdk"],
+            "--vc-url=https://vc.flag.example/sdk",
+            |a| a.vc_url.as_str() == "https://vc.flag.example/sdk",
+        ),
+        (
+            "vc-credentials-file",
+            vec![], // always: the credentials Secret is always mounted
+            "--vc-credentials-file=/etc/volmig/vcenter/credentials",
+            |a| {
+                a.vc_credentials_file.as_deref() == Some("/etc/volmig/vcenter/credentials".as_ref())
+            },
+        ),
+        (
+            "vc-ca-file",
+            vec!["--set-string", "vcenter.caBundle.existingConfigMap=vc-ca"],
+            "--vc-ca-file=/etc/volmig/vcenter-ca/ca.crt",
+            |a| a.vc_ca_file.as_deref() == Some("/etc/volmig/vcenter-ca/ca.crt".as_ref()),
+        ),
+        (
+            "vc-insecure",
+            vec!["--set", "vcenter.insecure=true"],
+            "--vc-insecure",
+            |a| a.vc_insecure,
+        ),
+        (
+            "datacenters",
+            vec!["--set-string", "vcenter.datacenters={/DC0,/Folder/DC1}"],
+            "--datacenters=/DC0,/Folder/DC1",
+            |a| a.datacenters == ["/DC0", "/Folder/DC1"],
+        ),
+        (
+            "cluster-id",
+            vec!["--set-string", "clusterId=prod-cluster-7"],
+            "--cluster-id=prod-cluster-7",
+            |a| a.cluster_id == "prod-cluster-7",
+        ),
+        (
+            "full-sync-interval",
+            vec!["--set-string", "fullSyncInterval=7m"],
+            "--full-sync-interval=7m",
+            |a| a.full_sync_interval == Duration::from_secs(420),
+        ),
+        (
+            "max-concurrent-registrations",
+            vec!["--set", "maxConcurrentRegistrations=16"],
+            "--max-concurrent-registrations=16",
+            |a| a.max_concurrent_registrations == 16,
+        ),
+        (
+            "vc-requests-per-second",
+            vec!["--set", "vcenter.requestsPerSecond=12.5"],
+            "--vc-requests-per-second=12.5",
+            |a| a.vc_requests_per_second == 12.5,
+        ),
+        (
+            "on-pv-delete",
+            vec!["--set-string", "onPvDelete=keep"],
+            "--on-pv-delete=keep",
+            |a| a.on_pv_delete == OnPvDelete::Keep,
+        ),
+        (
+            "gc-orphans",
+            vec!["--set", "gcOrphans=true"],
+            "--gc-orphans",
+            |a| a.gc_orphans,
+        ),
+        (
+            "leader-election",
+            vec![
+                "--set",
+                "leaderElection.enabled=false",
+                "--set",
+                "replicaCount=1",
+            ],
+            "--leader-election=false",
+            |a| !a.leader_election,
+        ),
+        (
+            "lease-namespace",
+            vec![
+                "--set-string",
+                "leaderElection.leaseNamespace=volmig-system",
+            ],
+            "--lease-namespace=volmig-system",
+            |a| a.lease_namespace == "volmig-system",
+        ),
+        (
+            "lease-name",
+            vec!["--set-string", "leaderElection.leaseName=volmig-prod"],
+            "--lease-name=volmig-prod",
+            |a| a.lease_name == "volmig-prod",
+        ),
+        (
+            "lease-holder-id",
+            vec![],
+            "--lease-holder-id=$(POD_NAME)",
+            |a| a.lease_holder_id.as_deref() == Some(POD_NAME),
+        ),
+        (
+            "lease-duration",
+            vec!["--set-string", "leaderElection.leaseDuration=20s"],
+            "--lease-duration=20s",
+            |a| a.lease_duration == Duration::from_secs(20),
+        ),
+        (
+            "http-addr",
+            vec![
+                "--set-string",
+                "http.bindAddress=[::]",
+                "--set",
+                "http.port=9090",
+            ],
+            "--http-addr=[::]:9090",
+            |a| a.http_addr.to_string() == "[::]:9090",
+        ),
+        (
+            "log-format",
+            vec!["--set-string", "logFormat=json"],
+            "--log-format=json",
+            |a| a.log_format == LogFormat::Json,
+        ),
+    ]
+}
+
+#[test]
+fn every_run_flag_is_reachable_through_a_value() {
+    let flags = run_flags();
+    let table = flag_table();
+    let covered: BTreeSet<String> = table.iter().map(|(f, ..)| (*f).to_owned()).collect();
+    let missing: Vec<&String> = flags.difference(&covered).collect();
+    assert!(
+        missing.is_empty(),
+        "`volmig run` flags with no chart value: {missing:?}; add a value in \
+         charts/volmig/values.yaml, render it in templates/deployment.yaml, document it in \
+         docs/operations.md and add it to flag_table()"
+    );
+    let stale: Vec<&String> = covered.difference(&flags).collect();
+    assert!(
+        stale.is_empty(),
+        "flag_table() lists flags volmig no longer has: {stale:?}"
+    );
+
+    let defaults = render(BASE).args();
+    for (flag, sets, expected, check) in table {
+        let mut extra: Vec<&str> = BASE.to_vec();
+        extra.extend(sets.iter().copied());
+        let args = render(&extra).args();
+        assert!(
+            args.iter().any(|a| a == expected),
+            "--{flag}: with {sets:?} the Deployment args lack {expected:?}: {args:?}"
+        );
+        let prefix = format!("--{flag}");
+        let rendered_flag: Vec<&String> = args
+            .iter()
+            .filter(|a| a.split('=').next() == Some(prefix.as_str()))
+            .collect();
+        assert_eq!(
+            rendered_flag.len(),
+            1,
+            "--{flag} rendered more than once: {args:?}"
+        );
+        let parsed = parse_run_args(&args);
+        assert!(
+            check(&parsed),
+            "--{flag}: volmig parsed {args:?} into {parsed:?}"
+        );
+        if !sets.is_empty() {
+            assert!(
+                !defaults.iter().any(|a| a == expected),
+                "--{flag}: {expected:?} is rendered even without {sets:?}"
+            );
+        }
+    }
+    // Boolean opt-ins are absent by default.
+    for off in [
+        "--vc-insecure",
+        "--gc-orphans",
+        "--vc-ca-file",
+        "--kubeconfig",
+    ] {
+        assert!(
+            !defaults.iter().any(|a| a.starts_with(off)),
+            "{off} on by default: {defaults:?}"
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! HTTP front: routing, request counting, fault injection, body decoding, dispatch to the
+//! verbs, and rendering.
+
+pub mod path;
+pub mod query;
+pub mod respond;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, Response, header};
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+use crate::faults::Injected;
+use crate::ops::{self, Ctx, Written};
+use crate::patch::PatchType;
+use crate::server::Shared;
+use crate::stats::Verb;
+use crate::tables::IncludeObject;
+use crate::{admin, discovery, openapi, watch};
+use path::{ResourcePath, Route, route};
+use query::Query;
+use respond::negotiate;
+
+const MAX_BODY: usize = 64 * 1024 * 1024;
+
+/// The axum application.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+fn header_str(req: &Request, name: header::HeaderName) -> &str {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response<Body> {
+    let r = route(req.uri().path());
+    match r {
+        Route::Admin(what) => admin::handle(&shared, req.method().clone(), &what, req).await,
+        Route::Resource(rp) => resource(shared, rp, req).await,
+        other => {
+            shared.counters().other();
+            meta_endpoint(&shared, other, req.uri().path())
+        }
+    }
+}
+
+fn meta_endpoint(shared: &Shared, r: Route, path: &str) -> Response<Body> {
+    let store = shared.store();
+    let reg = &store.registry;
+    let doc = match r {
+        Route::Version => Some(discovery::version(
+            shared.opts.kube_version.0,
+            shared.opts.kube_version.1,
+        )),
+        Route::Health => return respond::json_bytes(200, b"ok".to_vec(), &[]),
+        Route::Api => Some(discovery::api_versions(&shared.addr.to_string())),
+        Route::Apis => Some(discovery::api_group_list(reg)),
+        Route::Group(g) => discovery::api_group(reg, &g),
+        Route::GroupVersion(g, v) => discovery::resource_list(reg, &g, &v),
+        Route::OpenApiIndex => Some(openapi::index(reg)),
+        Route::OpenApiDoc(g, v) => openapi::group_version_doc(reg, &g, &v),
+        _ => None,
+    };
+    match doc {
+        Some(d) => respond::json_value(200, &d),
+        None => respond::error(&ApiError::no_route(path)),
+    }
+}
+
+fn resolve(shared: &Shared, rp: &ResourcePath) -> ApiResult<Ctx> {
+    let store = shared.store();
+    let def = store
+        .registry
+        .lookup(&rp.group, &rp.version, &rp.plural)
+        .ok_or_else(|| ApiError::no_route(&format!("{}/{}/{}", rp.group, rp.version, rp.plural)))?;
+    if !def.namespaced && rp.namespace.is_some() {
+        return Err(ApiError::no_route(&rp.plural));
+    }
+    if def.namespaced && rp.namespace.is_none() && rp.name.is_some() {
+        return Err(ApiError::no_route(&rp.plural));
+    }
+    if let Some(sub) = &rp.subresource
+        && !(sub == "status" && def.has_status(&rp.version))
+    {
+        return Err(ApiError::no_route(&format!("{}/{sub}", rp.plural)));
+    }
+    Ok(Ctx {
+        def,
+        version: rp.version.clone(),
+        namespace: rp.namespace.clone(),
+        name: rp.name.clone(),
+        subresource: rp.subresource.clone(),
+    })
+}
+
+fn verb_of(method: &Method, has_name: bool, watch: bool) -> ApiResult<Verb> {
+    Ok(match (method.as_str(), has_name) {
+        ("GET", true) => Verb::Get,
+        ("GET", false) if watch => Verb::Watch,
+        ("GET", false) => Verb::List,
+        ("POST", false) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        (m, _) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({m})"
+            )));
+        }
+    })
+}
+
+fn parse_body(ct: &str, raw: &[u8]) -> ApiResult<Value> {
+    if ct.contains("protobuf") {
+        return crate::protobuf::decode(raw);
+    }
+    if ct.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(v) => Ok(v),
+        Err(json_err) => {
+            if ct.contains("yaml") {
+                let text = std::str::from_utf8(raw)
+                    .map_err(|e| ApiError::bad_request(format!("body is not UTF-8: {e}")))?;
+                serde_saphyr::from_str::<Value>(text)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "error decoding JSON body: {json_err}"
+                )))
+            }
+        }
+    }
+}
+
+async fn resource(shared: Arc<Shared>, rp: ResourcePath, req: Request) -> Response<Body> {
+    match resource_inner(shared, rp, req).await {
+        Ok(r) => r,
+        Err(e) => respond::error(&e),
+    }
+}
+
+async fn resource_inner(
+    shared: Arc<Shared>,
+    rp: ResourcePath,
+    req: Request,
+) -> ApiResult<Response<Body>> {
+    let mut q = Query::parse(req.uri().query())?;
+    q.user_agent = header_str(&req, header::USER_AGENT).to_string();
+    let watch = q.watch || rp.legacy_watch;
+    let verb = verb_of(req.method(), rp.name.is_some(), watch)?;
+    let agent = header_str(&req, header::USER_AGENT).to_string();
+    shared.counters().api(
+        verb,
+        &rp.group,
+        &rp.plural,
+        rp.subresource.as_deref(),
+        q.dry_run,
+        &agent,
+    );
+    let ctx = resolve(&shared, &rp)?;
+    let (latency, fate) = {
+        let mut f = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f.decide(verb.is_write(), &rp.plural)
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    match fate {
+        Injected::Fail500 => {
+            shared.counters().injected();
+            return Err(ApiError::internal("injected failure (kube-testserver)"));
+        }
+        Injected::Fail429(s) => {
+            shared.counters().injected();
+            return Err(ApiError::too_many_requests(s));
+        }
+        _ => {}
+    }
+    let shape = negotiate(header_str(&req, header::ACCEPT));
+    let include = IncludeObject::parse(q.include_object.as_deref());
+    let ct = header_str(&req, header::CONTENT_TYPE).to_string();
+    if verb == Verb::Watch {
+        return Ok(watch::serve(shared, ctx, q, shape));
+    }
+    if verb == Verb::Get {
+        let obj = ops::get(&shared.store(), &ctx)?;
+        let served = crate::convert::to_served(&ctx.def, &ctx.version, &obj);
+        return Ok(respond::object(&ctx, shape, include, &served, 200, &[]));
+    }
+    if verb == Verb::List {
+        let l = ops::list(&shared.store(), &ctx, &q)?;
+        return Ok(respond::list(&ctx, shape, include, &l));
+    }
+    let raw: Bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+    let written: Written = {
+        let mut store = shared.store();
+        match verb {
+            Verb::Create => {
+                if ctx.is_status() {
+                    return Err(ApiError::method_not_allowed(
+                        "create is not allowed on /status",
+                    ));
+                }
+                ops::create(&mut store, &ctx, &q, parse_body(&ct, &raw)?)?
+            }
+            Verb::Update => ops::update(&mut store, &ctx, &q, parse_body(&ct, &raw)?)?,
+            Verb::Patch => ops::patch(
+                &mut store,
+                &ctx,
+                &q,
+                PatchType::from_content_type(&ct)?,
+                &raw,
+            )?,
+            Verb::Delete => {
+                let opts = if raw.is_empty() {
+                    None
+                } else {
+                    Some(parse_body(&ct, &raw)?)
+                };
+                ops::delete(&mut store, &ctx, &q, opts.as_ref())?
+            }
+            Verb::Get | Verb::List | Verb::Watch => {
+                return Err(ApiError::internal("read verb reached the write path"));
+            }
+            Verb::DeleteCollection => {
+                let list = ops::delete_collection(&mut store, &ctx, &q)?;
+                drop(store);
+                return Ok(respond::json_value(200, &list));
+            }
+        }
+    };
+    if fate == Injected::Fail500AfterCommit && !q.dry_run {
+        shared.counters().injected();
+        return Err(ApiError::internal(
+            "injected failure after commit (kube-testserver)",
+        ));
+    }
+    Ok(respond::object(
+        &ctx,
+        shape,
+        include,
+        &written.obj,
+        written.code,
+        &written.warnings,
+    ))
+}

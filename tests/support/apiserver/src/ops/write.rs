@@ -1,0 +1,299 @@
+//! create and update (PUT), on the main resource and on `/status`.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{Ctx, Written, check_kind, check_namespace, check_namespace_usable};
+use crate::admission::{admit, crd_status, prepare_any, prepare_create};
+use crate::convert::{to_served, to_storage};
+use crate::error::{ApiError, ApiResult, FieldCause};
+use crate::http::query::Query;
+use crate::managed::{self, Writer};
+use crate::meta;
+use crate::ops::delete::{after_change, finish_deletion};
+use crate::store::Store;
+
+const SERVER_FIELDS: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+];
+
+/// Whether field ownership covers `status` for writes through `ctx`.
+pub fn owns_status(ctx: &Ctx) -> bool {
+    !ctx.def.has_status(&ctx.version) || ctx.is_status()
+}
+
+fn writer<'a>(ctx: &'a Ctx, manager: &'a str, apply: bool, api_version: &'a str) -> Writer<'a> {
+    Writer {
+        manager,
+        apply,
+        subresource: ctx.subresource.as_deref(),
+        api_version,
+    }
+}
+
+/// Creates an object from `body` (served form).
+pub fn create(store: &mut Store, ctx: &Ctx, q: &Query, body: Value) -> ApiResult<Written> {
+    create_as(store, ctx, q, body, None)
+}
+
+/// Creates an object; `applied` is the configuration of a server-side apply that creates.
+pub fn create_as(
+    store: &mut Store,
+    ctx: &Ctx,
+    q: &Query,
+    mut body: Value,
+    applied: Option<&Value>,
+) -> ApiResult<Written> {
+    check_kind(ctx, &mut body)?;
+    check_namespace(ctx, &mut body)?;
+    if !meta::resource_version(&body).is_empty() {
+        return Err(ApiError::bad_request(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    if meta::name(&body).is_empty() {
+        let prefix = meta::get_str(&body, "generateName").to_string();
+        if prefix.is_empty() {
+            return Err(ApiError::invalid(
+                &ctx.def.kind,
+                &ctx.def.group,
+                "",
+                vec![FieldCause {
+                    reason: "FieldValueRequired",
+                    field: "metadata.name".into(),
+                    message: "Required value: name or generateName is required".into(),
+                }],
+            ));
+        }
+        let name = format!("{prefix}{}", store.name_suffix());
+        meta::set_str(&mut body, "name", &name);
+    }
+    let name = meta::name(&body).to_string();
+    {
+        let m = meta::meta_mut(&mut body);
+        for f in SERVER_FIELDS {
+            m.remove(*f);
+        }
+        m.remove("managedFields");
+        m.insert("generation".into(), Value::from(1));
+        m.insert(
+            "creationTimestamp".into(),
+            Value::String(meta::now_rfc3339()),
+        );
+    }
+    let uid = store.new_uid();
+    meta::set_str(&mut body, "uid", &uid);
+    prepare_create(&ctx.def, &ctx.version, &mut body);
+    let warnings = admit(&ctx.def, &ctx.version, &mut body, None, q.field_validation)?;
+    let manager = q.manager();
+    let av = ctx.def.api_version(&ctx.version);
+    let w = writer(ctx, &manager, applied.is_some(), &av);
+    managed::record(None, &mut body, w, applied, owns_status(ctx), q.force);
+    check_namespace_usable(store, ctx)?;
+    if store.get(ctx.sk(), ctx.ns(), &name).is_some() {
+        return Err(ApiError::already_exists(ctx.target(&name)));
+    }
+    if q.dry_run {
+        return Ok(Written {
+            code: 201,
+            obj: body,
+            warnings,
+        });
+    }
+    let stored = store.put(ctx.sk(), to_storage(&ctx.def, body));
+    after_change(store, ctx, &stored);
+    let obj = to_served(&ctx.def, &ctx.version, &stored).into_owned();
+    Ok(Written {
+        code: 201,
+        obj,
+        warnings,
+    })
+}
+
+/// Replaces an object (PUT) with `body` (served form).
+pub fn update(store: &mut Store, ctx: &Ctx, q: &Query, body: Value) -> ApiResult<Written> {
+    let old = store
+        .get(ctx.sk(), ctx.ns(), ctx.name())
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(ctx.target(ctx.name())))?;
+    update_from(store, ctx, q, body, &old, None)
+}
+
+fn without(v: &Value, drop_status: bool) -> Value {
+    let mut c = v.clone();
+    if let Some(o) = c.as_object_mut() {
+        o.remove("metadata");
+        if drop_status {
+            o.remove("status");
+        }
+    }
+    c
+}
+
+fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut c = v.clone();
+        if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+        }
+        c
+    };
+    strip(a) == strip(b)
+}
+
+/// The update pipeline shared by PUT and PATCH: `body` is the complete new object (served form).
+pub fn update_from(
+    store: &mut Store,
+    ctx: &Ctx,
+    q: &Query,
+    mut body: Value,
+    old: &Arc<Value>,
+    applied: Option<&Value>,
+) -> ApiResult<Written> {
+    check_kind(ctx, &mut body)?;
+    if meta::name(&body).is_empty() {
+        meta::set_str(&mut body, "name", ctx.name());
+    }
+    if meta::name(&body) != ctx.name() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({})",
+            meta::name(&body),
+            ctx.name()
+        )));
+    }
+    check_namespace(ctx, &mut body)?;
+    let body_rv = meta::resource_version(&body).to_string();
+    if body_rv.is_empty() {
+        if !ctx.def.unconditional_update() {
+            return Err(ApiError::invalid(
+                &ctx.def.kind,
+                &ctx.def.group,
+                ctx.name(),
+                vec![FieldCause::invalid(
+                    "metadata.resourceVersion",
+                    &Value::from(0),
+                    "must be specified for an update",
+                )],
+            ));
+        }
+    } else if body_rv != meta::resource_version(old) {
+        return Err(ApiError::stale(ctx.target(ctx.name())));
+    }
+    let old_served = to_served(&ctx.def, &ctx.version, old).into_owned();
+    let has_status = ctx.def.has_status(&ctx.version);
+    let mut new = if ctx.is_status() {
+        let mut n = old_served.clone();
+        match (n.as_object_mut(), body.get("status")) {
+            (Some(o), Some(s)) => {
+                o.insert("status".into(), s.clone());
+            }
+            (Some(o), None) => {
+                o.remove("status");
+            }
+            _ => {}
+        }
+        n
+    } else {
+        let mut n = body;
+        if has_status && let Some(o) = n.as_object_mut() {
+            match old_served.get("status") {
+                Some(s) => o.insert("status".into(), s.clone()),
+                None => o.remove("status"),
+            };
+        }
+        n
+    };
+    copy_server_fields(&old_served, &mut new);
+    match old_served.pointer("/metadata/managedFields") {
+        Some(mf) => meta::meta_mut(&mut new).insert("managedFields".into(), mf.clone()),
+        None => meta::meta_mut(&mut new).remove("managedFields"),
+    };
+    if meta::is_deleting(old) {
+        let before = meta::finalizers(old);
+        if meta::finalizers(&new).iter().any(|f| !before.contains(f)) {
+            return Err(ApiError::invalid(
+                &ctx.def.kind,
+                &ctx.def.group,
+                ctx.name(),
+                vec![FieldCause::forbidden(
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is being deleted",
+                )],
+            ));
+        }
+    }
+    prepare_any(&ctx.def, &mut new);
+    if ctx.def.group == "apiextensions.k8s.io" {
+        crd_status(&mut new);
+    }
+    let warnings = admit(
+        &ctx.def,
+        &ctx.version,
+        &mut new,
+        Some(&old_served),
+        q.field_validation,
+    )?;
+    let manager = q.manager();
+    let av = ctx.def.api_version(&ctx.version);
+    let w = writer(ctx, &manager, applied.is_some(), &av);
+    managed::record(
+        Some(&old_served),
+        &mut new,
+        w,
+        applied,
+        owns_status(ctx),
+        q.force,
+    );
+    let drop_status = has_status || ctx.def.group == "apiextensions.k8s.io";
+    if without(&new, drop_status) != without(&old_served, drop_status) {
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        meta::meta_mut(&mut new).insert("generation".into(), Value::from(g + 1));
+    }
+    if same_ignoring_rv(&new, &old_served) {
+        return Ok(Written {
+            code: 200,
+            obj: old_served,
+            warnings,
+        });
+    }
+    if q.dry_run {
+        return Ok(Written {
+            code: 200,
+            obj: new,
+            warnings,
+        });
+    }
+    let stored = store.put(ctx.sk(), to_storage(&ctx.def, new));
+    after_change(store, ctx, &stored);
+    let stored = finish_deletion(store, ctx, stored);
+    let obj = to_served(&ctx.def, &ctx.version, &stored).into_owned();
+    Ok(Written {
+        code: 200,
+        obj,
+        warnings,
+    })
+}
+
+fn copy_server_fields(old: &Value, new: &mut Value) {
+    let old_meta: Map<String, Value> = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let m = meta::meta_mut(new);
+    for f in SERVER_FIELDS.iter().chain(["name", "namespace"].iter()) {
+        match old_meta.get(*f) {
+            Some(v) => m.insert((*f).to_string(), v.clone()),
+            None => m.remove(*f),
+        };
+    }
+}

@@ -1,0 +1,367 @@
+//! End-to-end harness: a Kubernetes API (the repository's test server, or a real cluster
+//! when `VOLMIG_E2E_KUBECONFIG` is set), the vCenter simulator, and the real `volmig`
+//! binary as a child process.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use volmig::api::{Phase, VolumeMigration};
+
+use super::vcsim::Vcsim;
+
+/// Where the Kubernetes API comes from.
+pub struct Cluster {
+    /// The in-process test server; `None` against a real cluster.
+    pub server: Option<kube_testserver::TestServer>,
+    /// Kubeconfig file for the daemon and kubectl.
+    pub kubeconfig: PathBuf,
+    /// A client for the test itself.
+    pub client: kube::Client,
+    /// Scratch directory (logs, credentials), removed on drop.
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the API test server (or connects to `VOLMIG_E2E_KUBECONFIG`), installs the
+    /// CRD and the `kube-system` namespace.
+    pub async fn start() -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("volmig-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        let (server, kubeconfig) = match std::env::var_os("VOLMIG_E2E_KUBECONFIG") {
+            Some(path) => (None, PathBuf::from(path)),
+            None => {
+                let server = kube_testserver::TestServer::start(Default::default())
+                    .await
+                    .expect("start the API test server");
+                let path = dir.path().join("kubeconfig");
+                server.write_kubeconfig(&path).expect("write kubeconfig");
+                (Some(server), path)
+            }
+        };
+        let client = volmig::daemon::kube_client(Some(&kubeconfig))
+            .await
+            .expect("client");
+        let cluster = Cluster {
+            server,
+            kubeconfig,
+            client,
+            dir,
+        };
+        cluster.install_crd().await;
+        let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-system"}}))
+                .expect("namespace");
+        let _ = namespaces.create(&PostParams::default(), &ns).await;
+        cluster
+    }
+
+    async fn install_crd(&self) {
+        let yaml = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/crds/volumemigrations.yaml"
+        ))
+        .expect("read CRD");
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("parse CRD");
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("install CRD: {e}"),
+        }
+    }
+
+    /// Writes made to the API test server so far (`None` on a real cluster).
+    pub fn writes(&self) -> Option<u64> {
+        self.server.as_ref().map(|s| s.stats().writes)
+    }
+
+    /// The VolumeMigration API.
+    pub fn migrations(&self) -> Api<VolumeMigration> {
+        Api::all(self.client.clone())
+    }
+
+    /// The PV API.
+    pub fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates an in-tree vSphere PV (Retain) for `volume_path`.
+    pub async fn create_pv(&self, name: &str, volume_path: &str) {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "vsphereVolume": {"volumePath": volume_path, "fsType": "ext4"}
+            }
+        }))
+        .expect("PV");
+        self.pvs()
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap_or_else(|e| panic!("create PV {name}: {e}"));
+    }
+
+    /// Creates a PV that is not a vSphere volume.
+    pub async fn create_nfs_pv(&self, name: &str) {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "nfs": {"server": "nfs.example", "path": format!("/exports/{name}")}
+            }
+        }))
+        .expect("PV");
+        self.pvs()
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap_or_else(|e| panic!("create PV {name}: {e}"));
+    }
+
+    /// Deletes a PV.
+    pub async fn delete_pv(&self, name: &str) {
+        self.pvs()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete PV {name}: {e}"));
+    }
+
+    /// Every VolumeMigration.
+    pub async fn list_migrations(&self) -> Vec<VolumeMigration> {
+        self.migrations()
+            .list(&ListParams::default())
+            .await
+            .expect("list VolumeMigrations")
+            .items
+    }
+
+    /// The VolumeMigration of `volume_path`, if any.
+    pub async fn migration(&self, volume_path: &str) -> Option<VolumeMigration> {
+        let name = volmig::VolumePath::parse(volume_path)
+            .expect("valid path")
+            .object_name();
+        self.migrations().get_opt(&name).await.expect("get")
+    }
+
+    /// Events whose reason is `reason`, as (involved object name, message).
+    pub async fn events(&self, reason: &str) -> Vec<(String, String)> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        api.list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| {
+                (
+                    e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// A scratch file path.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// The phase of a VolumeMigration.
+pub fn phase(vm: &VolumeMigration) -> Option<Phase> {
+    vm.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The published volume ID of a VolumeMigration.
+pub fn volume_id(vm: &VolumeMigration) -> Option<String> {
+    vm.status.as_ref().and_then(|s| s.volume_id.clone())
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A running `volmig run`.
+pub struct Daemon {
+    child: Child,
+    /// Address of `/metrics`, `/healthz`, `/readyz`.
+    pub http: String,
+    /// Its log file (stderr).
+    pub log: PathBuf,
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Daemon {
+    /// Starts `volmig run` against `cluster` and `vcsim` with a fast full sync and no
+    /// request rate limit, plus `extra` flags (later flags win).
+    pub fn spawn(cluster: &Cluster, vcsim: &Vcsim, name: &str, extra: &[&str]) -> Daemon {
+        let credentials = cluster.path("credentials");
+        std::fs::write(
+            &credentials,
+            format!("username: {}\npassword: {}\n", vcsim.username, vcsim.password),
+        )
+        .expect("write credentials");
+        let http = format!("127.0.0.1:{}", free_port());
+        let log = cluster.path(&format!("{name}.log"));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let mut flags: Vec<(String, Option<String>)> = vec![
+            ("--kubeconfig".into(), Some(cluster.kubeconfig.display().to_string())),
+            ("--vc-url".into(), Some(vcsim.url.clone())),
+            ("--vc-credentials-file".into(), Some(credentials.display().to_string())),
+            ("--cluster-id".into(), Some("e2e-cluster".into())),
+            ("--http-addr".into(), Some(http.clone())),
+            ("--full-sync-interval".into(), Some("3s".into())),
+            ("--vc-requests-per-second".into(), Some("10000".into())),
+            ("--lease-holder-id".into(), Some(name.into())),
+        ];
+        if let Some(cert) = &vcsim.cert {
+            flags.push(("--vc-ca-file".into(), Some(cert.display().to_string())));
+        }
+        // `extra` is `--flag value` pairs or lone `--switch`es; a flag given there replaces
+        // the default above (clap rejects repeated flags).
+        let mut i = 0;
+        while i < extra.len() {
+            let flag = extra[i].to_string();
+            let value = extra
+                .get(i + 1)
+                .filter(|v| !v.starts_with("--"))
+                .map(|v| v.to_string());
+            i += if value.is_some() { 2 } else { 1 };
+            flags.retain(|(f, _)| *f != flag);
+            flags.push((flag, value));
+        }
+        let mut args = vec!["run".to_string()];
+        for (flag, value) in flags {
+            args.push(flag);
+            args.extend(value);
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_volmig"))
+            .args(&args)
+            .env(
+                "VOLMIG_LOG",
+                std::env::var("VOLMIG_E2E_LOG")
+                    .unwrap_or_else(|_| "info,volmig=debug,kube_runtime=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn volmig");
+        Daemon { child, http, log }
+    }
+
+    /// GET a path of the daemon's HTTP endpoint: (status, body).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect(&self.http).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http);
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body.to_owned()))
+    }
+
+    /// Waits for `/readyz` = 200.
+    pub async fn wait_ready(&self) {
+        wait_for(Duration::from_secs(60), "volmig /readyz", || async {
+            matches!(self.get("/readyz").await, Some((200, _))).then_some(())
+        })
+        .await;
+    }
+
+    /// The value of the sample `name{labels}` in `/metrics` (exact label text).
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics").await?;
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+    }
+
+    /// Sends SIGTERM and waits for the exit code (panics after `timeout`).
+    pub async fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("running");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("volmig did not exit within {timeout:?} of SIGTERM"))
+            .expect("wait")
+    }
+
+    /// Sends a signal by name (KILL, STOP, CONT).
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status();
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Path of the repository root.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- last lines of {} ---", self.log.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
