@@ -25,12 +25,12 @@ pub const FIELD_MANAGER: &str = "volmig";
     shortname = "vmig",
     doc = "A vmdk tracked by volmig: its CNS registration and the PersistentVolumes that use it.",
     status = "VolumeMigrationStatus",
-    printcolumn(name = "Path", type_ = "string", json_path = ".spec.volumePath"),
-    printcolumn(name = "Volume-ID", type_ = "string", json_path = ".status.volumeID"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "PV", type_ = "string", json_path = ".status.persistentVolumes[*]"),
-    printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name":"Path","type":"string","jsonPath":".spec.volumePath"}"#,
+    printcolumn = r#"{"name":"Volume-ID","type":"string","jsonPath":".status.volumeID"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"PV","type":"string","jsonPath":".status.persistentVolumes[*]"}"#,
+    printcolumn = r#"{"name":"Attempts","type":"integer","jsonPath":".status.attempts"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMigrationSpec {
@@ -113,7 +113,11 @@ pub struct VolumeMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registered_time: Option<Time>,
     /// Other CNS volume IDs found for the same disk (duplicates made outside volmig).
-    #[serde(default, rename = "duplicateVolumeIDs", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "duplicateVolumeIDs",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub duplicate_volume_ids: Option<Vec<String>>,
     /// The metadata.generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,7 +152,10 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, ["Path", "Volume-ID", "Phase", "PV", "Attempts", "Age"]);
+        assert_eq!(
+            columns,
+            ["Path", "Volume-ID", "Phase", "PV", "Attempts", "Age"]
+        );
         let spec_schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec_schema["required"][0], "volumePath");
         let rule = &spec_schema["properties"]["volumePath"]["x-kubernetes-validations"][0];
@@ -167,7 +174,10 @@ mod tests {
             "observedGeneration",
             "conditions",
         ] {
-            assert!(status[field].is_object(), "status.{field} missing from schema");
+            assert!(
+                status[field].is_object(),
+                "status.{field} missing from schema"
+            );
             assert!(
                 status[field]["description"].is_string(),
                 "status.{field} has no description for kubectl explain"
@@ -183,6 +193,9 @@ mod tests {
             ..Default::default()
         };
         let json = serde_json::to_value(&status).unwrap();
-        assert_eq!(json, serde_json::json!({"phase": "Registered", "volumeID": "id-1"}));
+        assert_eq!(
+            json,
+            serde_json::json!({"phase": "Registered", "volumeID": "id-1"})
+        );
     }
 }

@@ -156,7 +156,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(format!("{text:?}: expected a number, e.g. 10m or 30s"));
         }
@@ -164,13 +166,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .parse()
             .map_err(|_| format!("{text:?}: number too large"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let part = match &rest[..unit_len] {
             "ms" => Duration::from_millis(value),
             "s" => Duration::from_secs(value),
             "m" => Duration::from_secs(value.saturating_mul(60)),
             "h" => Duration::from_secs(value.saturating_mul(3600)),
-            other => return Err(format!("{text:?}: unknown unit {other:?} (use ms, s, m or h)")),
+            other => {
+                return Err(format!(
+                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
+                ));
+            }
         };
         total = total.saturating_add(part);
         rest = &rest[unit_len..];

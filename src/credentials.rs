@@ -49,7 +49,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Credentials, Error> {
         let Some((key, value)) = line.split_once([':', '=']) else {
             continue;
         };
-        let value = value.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
+        let value = value
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_owned();
         match key.trim() {
             "username" | "user" => username = Some(value),
             "password" => password = Some(value),
@@ -61,7 +64,9 @@ pub fn parse(text: &str, origin: &str) -> Result<Credentials, Error> {
         key,
     };
     Ok(Credentials {
-        username: username.filter(|u| !u.is_empty()).ok_or_else(|| missing("username"))?,
+        username: username
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| missing("username"))?,
         password: Password::from(password.ok_or_else(|| missing("password"))?),
     })
 }
@@ -83,7 +88,9 @@ pub fn load(file: Option<&Path>) -> Result<Credentials, Error> {
             parse(
                 &format!(
                     "username: {username}\n{}",
-                    password.map(|p| format!("password: {p}")).unwrap_or_default()
+                    password
+                        .map(|p| format!("password: {p}"))
+                        .unwrap_or_default()
                 ),
                 origin,
             )
@@ -97,7 +104,11 @@ mod tests {
 
     #[test]
     fn parses_both_separators_and_hides_the_password() {
-        let c = parse("# vc\nusername: admin@vsphere.local\npassword = \"s3cr:t\"\n", "f").unwrap();
+        let c = parse(
+            "# vc\nusername: admin@vsphere.local\npassword = \"s3cr:t\"\n",
+            "f",
+        )
+        .unwrap();
         assert_eq!(c.username, "admin@vsphere.local");
         assert_eq!(c.password.expose(), "s3cr:t");
         assert!(!format!("{c:?}").contains("s3cr"));

@@ -44,16 +44,20 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
                 .await
                 .with_context(|| format!("using kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer()
-            .await
-            .context("finding a Kubernetes configuration (in-cluster, KUBECONFIG, ~/.kube/config)")?,
+        None => kube::Config::infer().await.context(
+            "finding a Kubernetes configuration (in-cluster, KUBECONFIG, ~/.kube/config)",
+        )?,
     };
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
 fn cns_backend(args: &RunArgs, metrics: &Metrics) -> anyhow::Result<Arc<dyn VolumeBackend>> {
     let credentials = crate::credentials::load(args.vc_credentials_file.as_deref())?;
-    let mut config = CnsConfig::new(args.vc_url.clone(), credentials.username, credentials.password);
+    let mut config = CnsConfig::new(
+        args.vc_url.clone(),
+        credentials.username,
+        credentials.password,
+    );
     config.ca_file = args.vc_ca_file.clone();
     config.insecure = args.vc_insecure;
     config.datacenters = args.datacenters.clone();
@@ -99,7 +103,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await?;
     info!(address = %http_addr, "HTTP endpoints up");
 
-    let holder_id = args.lease_holder_id.clone().unwrap_or_else(default_holder_id);
+    let holder_id = args
+        .lease_holder_id
+        .clone()
+        .unwrap_or_else(default_holder_id);
     let leadership = if args.leader_election {
         Leadership::start(
             client.clone(),
@@ -118,8 +125,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let leader_rx = leadership.watch();
     spawn_leader_metric(leader_rx.clone(), metrics.clone());
     let handle = leadership.handle();
-    let gate =
-        LeaderGate::new(leader_rx.clone()).with_check(Arc::new(move || handle.is_leader()));
+    let gate = LeaderGate::new(leader_rx.clone()).with_check(Arc::new(move || handle.is_leader()));
 
     if args.vc_insecure {
         warn!("TLS verification of vCenter is disabled (--vc-insecure)");

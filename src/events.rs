@@ -61,7 +61,8 @@ impl Events {
 
     /// An Event on a VolumeMigration.
     pub async fn migration(&self, vm: &VolumeMigration, warning: bool, reason: &str, note: String) {
-        self.publish(&vm.object_ref(&()), warning, reason, note).await;
+        self.publish(&vm.object_ref(&()), warning, reason, note)
+            .await;
     }
 
     /// An Event on the PersistentVolume `name`.

@@ -6,16 +6,16 @@
 //! and [`registrar`] (the one place that registers).
 
 pub mod api;
+pub mod backend;
 pub mod cli;
 pub mod credentials;
 pub mod daemon;
-pub mod http;
-pub mod leader;
-pub mod metrics;
-pub mod backend;
 pub mod events;
 pub mod full_sync;
+pub mod http;
+pub mod leader;
 pub mod lookup;
+pub mod metrics;
 pub mod migrations;
 pub mod pv_index;
 pub mod pv_watcher;

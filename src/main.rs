@@ -23,7 +23,9 @@ fn init_logging(format: LogFormat) {
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }
 
 fn main() -> ExitCode {
@@ -41,9 +43,9 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => {
             init_logging(args.log_format);
-            let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
-                rt.block_on(volmig::daemon::run(*args))
-            });
+            let result = runtime()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(volmig::daemon::run(*args)));
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -55,7 +57,8 @@ fn main() -> ExitCode {
         Command::Lookup(args) => {
             let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
                 rt.block_on(async {
-                    let client = volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
+                    let client =
+                        volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
                     Ok(volmig::lookup::lookup(client, &args.volume_path).await)
                 })
             });

@@ -4,7 +4,7 @@
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tracing::info;
 
-use crate::api::{FINALIZER, FIELD_MANAGER, VolumeMigration, VolumeMigrationSpec};
+use crate::api::{FIELD_MANAGER, FINALIZER, VolumeMigration, VolumeMigrationSpec};
 use crate::volume_path::VolumePath;
 
 /// The object volmig creates for `path`: canonical spec, finalizer already set (saving a
@@ -14,7 +14,13 @@ pub fn new_migration(path: &VolumePath) -> VolumeMigration {
         metadata: ObjectMeta {
             name: Some(path.object_name()),
             finalizers: Some(vec![FINALIZER.to_owned()]),
-            labels: Some([("app.kubernetes.io/managed-by".to_owned(), "volmig".to_owned())].into()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "volmig".to_owned(),
+                )]
+                .into(),
+            ),
             ..Default::default()
         },
         spec: VolumeMigrationSpec {
@@ -59,7 +65,10 @@ mod tests {
         let path = VolumePath::parse("[/DC0/datastore/ds]  a//b.vmdk").unwrap();
         let vm = new_migration(&path);
         assert_eq!(vm.spec.volume_path, "[ds] a/b.vmdk");
-        assert_eq!(vm.metadata.name.as_deref(), Some(path.object_name().as_str()));
+        assert_eq!(
+            vm.metadata.name.as_deref(),
+            Some(path.object_name().as_str())
+        );
         assert_eq!(vm.metadata.finalizers, Some(vec![FINALIZER.to_owned()]));
     }
 }

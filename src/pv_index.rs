@@ -74,7 +74,10 @@ impl PvIndex {
         }
         match volume {
             Some(PvVolume::Valid(path)) => {
-                s.by_path.entry(path.clone()).or_default().insert(name.to_owned());
+                s.by_path
+                    .entry(path.clone())
+                    .or_default()
+                    .insert(name.to_owned());
                 change.touched.push(path);
             }
             Some(PvVolume::Invalid(e)) => {
@@ -107,7 +110,9 @@ impl PvIndex {
             .filter(|name| !keep.contains(*name))
             .cloned()
             .collect();
-        gone.iter().flat_map(|name| self.remove(name).touched).collect()
+        gone.iter()
+            .flat_map(|name| self.remove(name).touched)
+            .collect()
     }
 
     /// Names of the PVs that reference `path`, sorted.
@@ -174,11 +179,17 @@ mod tests {
         index.upsert("pv-b", valid("[/DC/datastore/ds] ./x.vmdk"));
         let path = VolumePath::parse("[ds] x.vmdk").unwrap();
         assert_eq!(index.pvs_for(&path), ["pv-a", "pv-b"]);
-        assert!(index.upsert("pv-a", valid("[ds] x.vmdk")).touched.is_empty(), "no-op");
+        assert!(
+            index
+                .upsert("pv-a", valid("[ds] x.vmdk"))
+                .touched
+                .is_empty(),
+            "no-op"
+        );
         index.remove("pv-a");
         assert_eq!(index.pvs_for(&path), ["pv-b"]);
         let gone = index.retain(&HashSet::new());
-        assert_eq!(gone, [path.clone()]);
+        assert_eq!(gone, std::slice::from_ref(&path));
         assert!(index.pvs_for(&path).is_empty());
         assert!(index.paths().is_empty());
         assert!(index.is_empty());
@@ -197,15 +208,24 @@ mod tests {
         let index = PvIndex::default();
         let err = VolumePath::parse("nope").unwrap_err();
         index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
-        assert_eq!(index.take_unreported_invalid(), [("pv".to_string(), err.clone())]);
+        assert_eq!(
+            index.take_unreported_invalid(),
+            [("pv".to_string(), err.clone())]
+        );
         index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
-        assert!(index.take_unreported_invalid().is_empty(), "unchanged: reported once");
+        assert!(
+            index.take_unreported_invalid().is_empty(),
+            "unchanged: reported once"
+        );
         let other = VolumePath::parse("[ds]").unwrap_err();
         index.upsert("pv", Some(PvVolume::Invalid(other.clone())));
         assert_eq!(index.take_unreported_invalid(), [("pv".to_string(), other)]);
         index.upsert("fixed", Some(PvVolume::Invalid(err)));
         index.upsert("fixed", valid("[ds] ok.vmdk"));
-        assert!(index.take_unreported_invalid().is_empty(), "fixed before reporting");
+        assert!(
+            index.take_unreported_invalid().is_empty(),
+            "fixed before reporting"
+        );
         assert_eq!(index.len(), 2);
         assert!(index.paths().is_empty());
     }

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -121,7 +121,12 @@ pub async fn report_invalid_paths(ctx: &Context) {
     for (pv, error) in ctx.index.take_unreported_invalid() {
         warn!(pv, %error, "PV has an invalid vSphere volume path; not migrating it");
         ctx.events
-            .pv(&pv, true, event_reason::INVALID_VOLUME_PATH, error.to_string())
+            .pv(
+                &pv,
+                true,
+                event_reason::INVALID_VOLUME_PATH,
+                error.to_string(),
+            )
             .await;
     }
 }

@@ -257,10 +257,13 @@ mod tests {
         assert_eq!(s["phase"], "Pending");
         assert!(s["volumeID"].is_null());
         let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
-        assert_eq!(stored_state(&typed), StoredState {
-            phase: Some(crate::api::Phase::Pending),
-            volume_id: None,
-            attempts: 0
-        });
+        assert_eq!(
+            stored_state(&typed),
+            StoredState {
+                phase: Some(crate::api::Phase::Pending),
+                volume_id: None,
+                attempts: 0
+            }
+        );
     }
 }

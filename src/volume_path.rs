@@ -127,7 +127,11 @@ impl VolumePath {
         for segment in file_part.trim().split('/') {
             // Blanks at the start of the file path cannot survive the canonical
             // `] ` separator, so they are dropped here to keep parsing idempotent.
-            let segment = if segments.is_empty() { segment.trim_start() } else { segment };
+            let segment = if segments.is_empty() {
+                segment.trim_start()
+            } else {
+                segment
+            };
             match segment {
                 "" | "." => {}
                 ".." => return Err(PathError::ParentSegment { path: owned() }),
@@ -193,7 +197,11 @@ fn has_vmdk_suffix(file: &str) -> bool {
 fn sanitize_stem(stem: &str) -> String {
     let mut out = String::with_capacity(stem.len().min(MAX_STEM_LEN));
     for c in stem.chars().flat_map(char::to_lowercase) {
-        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' };
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
         if c == '-' && (out.is_empty() || out.ends_with('-')) {
             continue;
         }

@@ -3,23 +3,65 @@ use proptest::prelude::*;
 
 /// (input, expected canonical form)
 const VALID: &[(&str, &str)] = &[
-    ("[LocalDS_0] kubevols/disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0]kubevols/disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0]   kubevols/disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("  [LocalDS_0] kubevols/disk.vmdk  ", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0] /kubevols/disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0] kubevols//disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0] ./kubevols/./disk.vmdk", "[LocalDS_0] kubevols/disk.vmdk"),
-    ("[LocalDS_0] kubevols/disk.VMDK", "[LocalDS_0] kubevols/disk.VMDK"),
-    ("[LocalDS_0] kubevols/disk.Vmdk", "[LocalDS_0] kubevols/disk.Vmdk"),
+    (
+        "[LocalDS_0] kubevols/disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0]kubevols/disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0]   kubevols/disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "  [LocalDS_0] kubevols/disk.vmdk  ",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0] /kubevols/disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0] kubevols//disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0] ./kubevols/./disk.vmdk",
+        "[LocalDS_0] kubevols/disk.vmdk",
+    ),
+    (
+        "[LocalDS_0] kubevols/disk.VMDK",
+        "[LocalDS_0] kubevols/disk.VMDK",
+    ),
+    (
+        "[LocalDS_0] kubevols/disk.Vmdk",
+        "[LocalDS_0] kubevols/disk.Vmdk",
+    ),
     ("[LocalDS_0] disk.vmdk", "[LocalDS_0] disk.vmdk"),
-    ("[/DC0/datastore/LocalDS_0] a/b.vmdk", "[LocalDS_0] a/b.vmdk"),
-    ("[/DC0/datastore/LocalDS_0/] a/b.vmdk", "[LocalDS_0] a/b.vmdk"),
+    (
+        "[/DC0/datastore/LocalDS_0] a/b.vmdk",
+        "[LocalDS_0] a/b.vmdk",
+    ),
+    (
+        "[/DC0/datastore/LocalDS_0/] a/b.vmdk",
+        "[LocalDS_0] a/b.vmdk",
+    ),
     ("[DC0/datastore/LocalDS_0] a/b.vmdk", "[LocalDS_0] a/b.vmdk"),
     ("[ LocalDS_0 ] a/b.vmdk", "[LocalDS_0] a/b.vmdk"),
-    ("[vsanDatastore] 5f3a-uuid/pvc 1.vmdk", "[vsanDatastore] 5f3a-uuid/pvc 1.vmdk"),
-    ("[shared ds] my folder/my disk.vmdk", "[shared ds] my folder/my disk.vmdk"),
-    ("[LocalDS_0] données/disque-é.vmdk", "[LocalDS_0] données/disque-é.vmdk"),
+    (
+        "[vsanDatastore] 5f3a-uuid/pvc 1.vmdk",
+        "[vsanDatastore] 5f3a-uuid/pvc 1.vmdk",
+    ),
+    (
+        "[shared ds] my folder/my disk.vmdk",
+        "[shared ds] my folder/my disk.vmdk",
+    ),
+    (
+        "[LocalDS_0] données/disque-é.vmdk",
+        "[LocalDS_0] données/disque-é.vmdk",
+    ),
     ("[LocalDS_0] 卷/磁盘.vmdk", "[LocalDS_0] 卷/磁盘.vmdk"),
     ("[LocalDS_0] a/b/c/d/e.vmdk", "[LocalDS_0] a/b/c/d/e.vmdk"),
     ("[LocalDS_0] a/b#1.vmdk", "[LocalDS_0] a/b#1.vmdk"),
@@ -30,7 +72,9 @@ const VALID: &[(&str, &str)] = &[
 ];
 
 /// (input, expected error kind)
-fn invalid() -> Vec<(String, fn(&PathError) -> bool)> {
+type ErrorCheck = fn(&PathError) -> bool;
+
+fn invalid() -> Vec<(String, ErrorCheck)> {
     vec![
         ("".into(), |e| *e == PathError::Empty),
         ("   ".into(), |e| *e == PathError::Empty),
@@ -61,25 +105,39 @@ fn invalid() -> Vec<(String, fn(&PathError) -> bool)> {
         ("[ / ] kubevols/disk.vmdk".into(), |e| {
             matches!(e, PathError::EmptyDatastore { .. })
         }),
-        ("[LocalDS_0]".into(), |e| matches!(e, PathError::EmptyFilePath { .. })),
-        ("[LocalDS_0]   ".into(), |e| matches!(e, PathError::EmptyFilePath { .. })),
-        ("[LocalDS_0] /./".into(), |e| matches!(e, PathError::EmptyFilePath { .. })),
+        ("[LocalDS_0]".into(), |e| {
+            matches!(e, PathError::EmptyFilePath { .. })
+        }),
+        ("[LocalDS_0]   ".into(), |e| {
+            matches!(e, PathError::EmptyFilePath { .. })
+        }),
+        ("[LocalDS_0] /./".into(), |e| {
+            matches!(e, PathError::EmptyFilePath { .. })
+        }),
         ("[LocalDS_0] ../disk.vmdk".into(), |e| {
             matches!(e, PathError::ParentSegment { .. })
         }),
         ("[LocalDS_0] a/../disk.vmdk".into(), |e| {
             matches!(e, PathError::ParentSegment { .. })
         }),
-        ("[LocalDS_0] a/b/..".into(), |e| matches!(e, PathError::ParentSegment { .. })),
-        ("[LocalDS_0] kubevols/disk".into(), |e| matches!(e, PathError::NotVmdk { .. })),
+        ("[LocalDS_0] a/b/..".into(), |e| {
+            matches!(e, PathError::ParentSegment { .. })
+        }),
+        ("[LocalDS_0] kubevols/disk".into(), |e| {
+            matches!(e, PathError::NotVmdk { .. })
+        }),
         ("[LocalDS_0] kubevols/disk.vmdk.bak".into(), |e| {
             matches!(e, PathError::NotVmdk { .. })
         }),
         ("[LocalDS_0] kubevols/disk-flat.vmd".into(), |e| {
             matches!(e, PathError::NotVmdk { .. })
         }),
-        ("[LocalDS_0] kubevols/.vmdk".into(), |e| matches!(e, PathError::NotVmdk { .. })),
-        ("[LocalDS_0] vmdk".into(), |e| matches!(e, PathError::NotVmdk { .. })),
+        ("[LocalDS_0] kubevols/.vmdk".into(), |e| {
+            matches!(e, PathError::NotVmdk { .. })
+        }),
+        ("[LocalDS_0] vmdk".into(), |e| {
+            matches!(e, PathError::NotVmdk { .. })
+        }),
         ("[LocalDS_0] kubevols/disk\n.vmdk".into(), |e| {
             matches!(e, PathError::ControlCharacter { .. })
         }),
@@ -92,17 +150,17 @@ fn invalid() -> Vec<(String, fn(&PathError) -> bool)> {
         ("[Local\u{7f}DS] disk.vmdk".into(), |e| {
             matches!(e, PathError::ControlCharacter { .. })
         }),
-        (format!("[LocalDS_0] {}.vmdk", "a".repeat(MAX_PATH_LEN)), |e| {
-            matches!(e, PathError::TooLong { .. })
-        }),
+        (
+            format!("[LocalDS_0] {}.vmdk", "a".repeat(MAX_PATH_LEN)),
+            |e| matches!(e, PathError::TooLong { .. }),
+        ),
     ]
 }
 
 #[test]
 fn valid_table_canonicalizes() {
     for (input, canonical) in VALID {
-        let path = VolumePath::parse(input)
-            .unwrap_or_else(|e| panic!("{input:?} rejected: {e}"));
+        let path = VolumePath::parse(input).unwrap_or_else(|e| panic!("{input:?} rejected: {e}"));
         assert_eq!(path.canonical(), *canonical, "input {input:?}");
         assert_eq!(path.to_string(), *canonical);
     }

@@ -26,5 +26,8 @@ fn checked_in_crd_matches_volmig_crd_output() {
     ] {
         assert!(printed.contains(needle), "CRD lacks {needle:?}");
     }
-    println!("volmig crd == crds/volumemigrations.yaml ({} bytes)", printed.len());
+    println!(
+        "volmig crd == crds/volumemigrations.yaml ({} bytes)",
+        printed.len()
+    );
 }

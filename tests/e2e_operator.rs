@@ -1,6 +1,12 @@
 //! End-to-end tests of `volmig run` (issue 4): the real binary against the Kubernetes API
 //! test server (or `VOLMIG_E2E_KUBECONFIG`) and the govmomi vCenter simulator.
 
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
 #[path = "support/e2e.rs"]
 mod e2e;
 #[path = "support/vcsim.rs"]
@@ -21,15 +27,19 @@ async fn converged(
     cluster: &Cluster,
     paths: &BTreeSet<String>,
 ) -> BTreeMap<String, volmig::api::VolumeMigration> {
-    wait_for(CONVERGE, "every VolumeMigration Registered or Failed", || async {
-        let all = cluster.list_migrations().await;
-        let done: BTreeMap<String, _> = all
-            .into_iter()
-            .filter(|vm| matches!(phase(vm), Some(Phase::Registered | Phase::Failed)))
-            .map(|vm| (vm.spec.volume_path.clone(), vm))
-            .collect();
-        paths.iter().all(|p| done.contains_key(p)).then_some(done)
-    })
+    wait_for(
+        CONVERGE,
+        "every VolumeMigration Registered or Failed",
+        || async {
+            let all = cluster.list_migrations().await;
+            let done: BTreeMap<String, _> = all
+                .into_iter()
+                .filter(|vm| matches!(phase(vm), Some(Phase::Registered | Phase::Failed)))
+                .map(|vm| (vm.spec.volume_path.clone(), vm))
+                .collect();
+            paths.iter().all(|p| done.contains_key(p)).then_some(done)
+        },
+    )
     .await
 }
 
@@ -47,7 +57,9 @@ async fn registers_200_pvs_once_each() {
     for n in 1..=20 {
         let path = sim.vmdk_path("kubevols", n);
         cluster.create_pv(&format!("pair-{n}-a"), &path).await;
-        let other = path.replace("] ", "] ./").replace("kubevols/", "kubevols//");
+        let other = path
+            .replace("] ", "] ./")
+            .replace("kubevols/", "kubevols//");
         cluster.create_pv(&format!("pair-{n}-b"), &other).await;
         valid.insert(canonical(&path));
     }
@@ -83,11 +95,19 @@ async fn registers_200_pvs_once_each() {
     let volumes = sim.volumes().await;
     let mut by_path: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for v in &volumes {
-        by_path.entry(v.backing_path.clone()).or_default().push(v.id.clone());
+        by_path
+            .entry(v.backing_path.clone())
+            .or_default()
+            .push(v.id.clone());
     }
     for path in &valid {
         let vm = &done[path];
-        assert_eq!(phase(vm), Some(Phase::Registered), "{path}: {:?}", vm.status);
+        assert_eq!(
+            phase(vm),
+            Some(Phase::Registered),
+            "{path}: {:?}",
+            vm.status
+        );
         let ids = by_path.get(path).cloned().unwrap_or_default();
         assert_eq!(ids.len(), 1, "{path}: CNS volumes {ids:?}");
         assert_eq!(volume_id(vm).as_deref(), Some(ids[0].as_str()), "{path}");
@@ -95,24 +115,46 @@ async fn registers_200_pvs_once_each() {
     // The pairs list both PVs.
     for n in 1..=20 {
         let vm = &done[&canonical(&sim.vmdk_path("kubevols", n))];
-        let pvs = vm.status.as_ref().and_then(|s| s.persistent_volumes.clone());
-        assert_eq!(pvs, Some(vec![format!("pair-{n}-a"), format!("pair-{n}-b")]));
+        let pvs = vm
+            .status
+            .as_ref()
+            .and_then(|s| s.persistent_volumes.clone());
+        assert_eq!(
+            pvs,
+            Some(vec![format!("pair-{n}-a"), format!("pair-{n}-b")])
+        );
     }
     for path in &missing {
         let vm = &done[path];
         assert_eq!(phase(vm), Some(Phase::Failed));
-        let reason = vm.status.as_ref().and_then(|s| s.last_error.clone()).map(|e| e.reason);
+        let reason = vm
+            .status
+            .as_ref()
+            .and_then(|s| s.last_error.clone())
+            .map(|e| e.reason);
         assert_eq!(reason.as_deref(), Some("DiskNotFound"), "{path}");
         assert!(!by_path.contains_key(path), "{path} must not be registered");
     }
-    assert_eq!(volumes.len(), valid.len(), "one CNS volume per valid vmdk, nothing else");
+    assert_eq!(
+        volumes.len(),
+        valid.len(),
+        "one CNS volume per valid vmdk, nothing else"
+    );
     let migrations = cluster.list_migrations().await;
-    assert_eq!(migrations.len(), valid.len() + missing.len(), "no object for malformed or NFS PVs");
-    let invalid_events = wait_for(Duration::from_secs(30), "InvalidVolumePath events", || async {
-        let events = cluster.events("InvalidVolumePath").await;
-        let names: BTreeSet<String> = events.into_iter().map(|(n, _)| n).collect();
-        (names.len() == malformed.len()).then_some(names)
-    })
+    assert_eq!(
+        migrations.len(),
+        valid.len() + missing.len(),
+        "no object for malformed or NFS PVs"
+    );
+    let invalid_events = wait_for(
+        Duration::from_secs(30),
+        "InvalidVolumePath events",
+        || async {
+            let events = cluster.events("InvalidVolumePath").await;
+            let names: BTreeSet<String> = events.into_iter().map(|(n, _)| n).collect();
+            (names.len() == malformed.len()).then_some(names)
+        },
+    )
     .await;
     assert!(invalid_events.iter().all(|n| n.starts_with("malformed-")));
     println!(
@@ -136,16 +178,28 @@ async fn failed_path_registers_when_its_vmdk_appears() {
     assert_eq!(phase(&done[&canonical(&late)]), Some(Phase::Failed));
 
     sim.create_vmdk(&late).await;
-    let vm = wait_for(Duration::from_secs(30), "Registered after the vmdk appeared", || async {
-        cluster
-            .migration(&late)
-            .await
-            .filter(|vm| phase(vm) == Some(Phase::Registered))
-    })
+    let vm = wait_for(
+        Duration::from_secs(30),
+        "Registered after the vmdk appeared",
+        || async {
+            cluster
+                .migration(&late)
+                .await
+                .filter(|vm| phase(vm) == Some(Phase::Registered))
+        },
+    )
     .await;
-    let ids: Vec<String> = sim.volumes_for(&canonical(&late)).await.into_iter().map(|v| v.id).collect();
+    let ids: Vec<String> = sim
+        .volumes_for(&canonical(&late))
+        .await
+        .into_iter()
+        .map(|v| v.id)
+        .collect();
     assert_eq!(ids, vec![volume_id(&vm).unwrap()]);
-    assert!(daemon.log_text().contains("full sync pass"), "full sync logged its pass");
+    assert!(
+        daemon.log_text().contains("full sync pass"),
+        "full sync logged its pass"
+    );
     println!("Failed (DiskNotFound) → Registered by full sync once the vmdk appeared, no restart");
 }
 
@@ -164,7 +218,12 @@ async fn steady_state_pass_makes_no_writes() {
         &cluster,
         &sim,
         "steady",
-        &["--full-sync-interval", "2s", "--max-concurrent-registrations", "32"],
+        &[
+            "--full-sync-interval",
+            "2s",
+            "--max-concurrent-registrations",
+            "32",
+        ],
     );
     daemon.wait_ready().await;
     let done = converged(&cluster, &paths).await;
@@ -214,7 +273,10 @@ async fn lookup_prints_the_id_or_exits_3() {
     let daemon = Daemon::spawn(&cluster, &sim, "lookup", &[]);
     daemon.wait_ready().await;
     let vm = wait_for(CONVERGE, "Registered", || async {
-        cluster.migration(&path).await.filter(|vm| phase(vm) == Some(Phase::Registered))
+        cluster
+            .migration(&path)
+            .await
+            .filter(|vm| phase(vm) == Some(Phase::Registered))
     })
     .await;
 
@@ -234,7 +296,10 @@ async fn lookup_prints_the_id_or_exits_3() {
     // Another spelling of the same vmdk.
     let out = lookup(path.replace("] ", "] ./")).await;
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), volume_id(&vm).unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        volume_id(&vm).unwrap()
+    );
 
     let creates_before = sim.stats().await.calls.get("CnsCreateVolume").copied();
     let pending = format!("[{}] kubevols/not-yet.vmdk", sim.datastores[0].name);
@@ -248,7 +313,9 @@ async fn lookup_prints_the_id_or_exits_3() {
         creates_before,
         "lookup never registers"
     );
-    println!("volmig lookup: ID for a registered path (any spelling), exit 3 when pending, 2 when invalid");
+    println!(
+        "volmig lookup: ID for a registered path (any spelling), exit 3 when pending, 2 when invalid"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,16 +355,32 @@ async fn metrics_pass_promtool_and_match_the_simulator() {
         .metric("volmig_registrations_total{result=\"created\"}")
         .await
         .expect("registrations metric");
-    let creates = sim.stats().await.calls.get("CnsCreateVolume").copied().unwrap_or(0);
-    assert_eq!(created as u64, creates, "counter equals the creates the simulator saw");
+    let creates = sim
+        .stats()
+        .await
+        .calls
+        .get("CnsCreateVolume")
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(
+        created as u64, creates,
+        "counter equals the creates the simulator saw"
+    );
     assert_eq!(creates, 12);
     assert_eq!(daemon.metric("volmig_leader").await, Some(1.0));
-    println!("/metrics passes promtool; registrations_total{{created}} = {creates} = simulator creates");
+    println!(
+        "/metrics passes promtool; registrations_total{{created}} = {creates} = simulator creates"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_registration_keeps_every_id() {
-    let sim = Vcsim::start(VcsimOptions::default().vmdks(50).delay("CnsCreateVolume", 500)).await;
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(50)
+            .delay("CnsCreateVolume", 500),
+    )
+    .await;
     let cluster = Cluster::start().await;
     let mut paths = BTreeSet::new();
     for n in 1..=50 {
@@ -312,7 +395,12 @@ async fn sigterm_during_registration_keeps_every_id() {
     })
     .await;
     let status = daemon.terminate(Duration::from_secs(25)).await;
-    assert_eq!(status.code(), Some(0), "graceful exit; log:\n{}", daemon.log_text());
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "graceful exit; log:\n{}",
+        daemon.log_text()
+    );
     let created_before_restart: BTreeSet<String> =
         sim.volumes().await.into_iter().map(|v| v.id).collect();
     assert!(created_before_restart.len() < 50, "SIGTERM arrived mid-way");
@@ -322,7 +410,10 @@ async fn sigterm_during_registration_keeps_every_id() {
     let done = converged(&cluster, &paths).await;
     let published: BTreeSet<String> = done.values().filter_map(volume_id).collect();
     for id in &created_before_restart {
-        assert!(published.contains(id), "CNS volume {id} created before SIGTERM has no status");
+        assert!(
+            published.contains(id),
+            "CNS volume {id} created before SIGTERM has no status"
+        );
     }
     assert!(sim.duplicates().await.is_empty(), "no duplicates");
     assert_eq!(sim.volumes().await.len(), 50);

@@ -101,7 +101,11 @@ impl InMemoryBackend {
 
     /// Most calls of `operation` that were in flight at once.
     pub fn max_in_flight(&self, operation: &str) -> u64 {
-        self.lock().max_in_flight.get(operation).copied().unwrap_or(0)
+        self.lock()
+            .max_in_flight
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The most registrations one path ever had at the same time (1 when no duplicate

@@ -10,8 +10,8 @@ use crate::volume_path::VolumePath;
 
 pub mod cns;
 pub mod memory;
-pub mod on_demand;
 pub mod metered;
+pub mod on_demand;
 
 /// A CNS volume ID (`CnsVolumeId.id`), opaque to volmig.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

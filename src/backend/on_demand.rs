@@ -88,13 +88,20 @@ mod tests {
                 }
             }
         });
-        assert!(backend.connected().is_none(), "no login before the first call");
+        assert!(
+            backend.connected().is_none(),
+            "no login before the first call"
+        );
         assert_eq!(attempts.load(Ordering::SeqCst), 0);
         let first = backend.list_volumes(None).await;
         assert_eq!(first.unwrap_err().class, ErrorClass::Transient);
         backend.list_volumes(None).await.unwrap();
         backend.list_volumes(None).await.unwrap();
-        assert_eq!(attempts.load(Ordering::SeqCst), 2, "one failed and one good login");
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            2,
+            "one failed and one good login"
+        );
         assert!(backend.connected().is_some());
     }
 }

@@ -149,11 +149,19 @@ impl FullSync {
         let volumes = list_all_volumes(self.ctx.registrar.backend().as_ref())
             .await
             .map_err(Error::ListVolumes)?;
-        let migrations: Vec<MigrationRecord> =
-            self.migrations.state().iter().map(|vm| record(vm)).collect();
+        let migrations: Vec<MigrationRecord> = self
+            .migrations
+            .state()
+            .iter()
+            .map(|vm| record(vm))
+            .collect();
         self.publish_phases(&migrations);
 
-        let absent_before = self.absent.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let absent_before = self
+            .absent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let planned = plan(&plan::PassInputs {
             pvs: &pvs,
             migrations: &migrations,
@@ -202,7 +210,9 @@ impl FullSync {
         loop {
             let page = self.pvs.list(&params).await.map_err(Error::ListPvs)?;
             for pv in &page.items {
-                if let (Some(PvVolume::Valid(path)), Some(name)) = (pv_volume(pv), &pv.metadata.name) {
+                if let (Some(PvVolume::Valid(path)), Some(name)) =
+                    (pv_volume(pv), &pv.metadata.name)
+                {
                     by_path.entry(path).or_default().push(name.clone());
                 }
             }

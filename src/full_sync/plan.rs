@@ -205,11 +205,12 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         .collect();
     orphans.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     out.orphans = orphans.len();
-    out.repairs.extend(orphans.into_iter().map(|v| Repair::Orphan {
-        id: v.id.0.clone(),
-        path: v.backing_path.clone(),
-        collect: inputs.gc_orphans,
-    }));
+    out.repairs
+        .extend(orphans.into_iter().map(|v| Repair::Orphan {
+            id: v.id.0.clone(),
+            path: v.backing_path.clone(),
+            collect: inputs.gc_orphans,
+        }));
     out
 }
 

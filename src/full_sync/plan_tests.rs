@@ -68,7 +68,12 @@ fn missing_migration_is_created() {
 
 #[test]
 fn unregistered_phases_are_retried() {
-    for phase in [None, Some(Phase::Pending), Some(Phase::Failed), Some(Phase::Registering)] {
+    for phase in [
+        None,
+        Some(Phase::Pending),
+        Some(Phase::Failed),
+        Some(Phase::Registering),
+    ] {
         let out = run(
             &pvs(&[(1, &["pv-1"])]),
             &[migration(1, phase, None, &["pv-1"])],
@@ -83,7 +88,12 @@ fn unregistered_phases_are_retried() {
 fn registered_id_missing_in_cns_is_reregistered() {
     let out = run(
         &pvs(&[(1, &["pv-1"])]),
-        &[migration(1, Some(Phase::Registered), Some("gone"), &["pv-1"])],
+        &[migration(
+            1,
+            Some(Phase::Registered),
+            Some("gone"),
+            &["pv-1"],
+        )],
         &[],
         &HashSet::new(),
     );
@@ -115,11 +125,20 @@ fn stale_pv_list_is_rewritten() {
 
 #[test]
 fn duplicates_keep_status_id_else_oldest() {
-    let volumes = [volume("old", 1, 1), volume("mine", 1, 5), volume("new", 1, 9)];
+    let volumes = [
+        volume("old", 1, 1),
+        volume("mine", 1, 5),
+        volume("new", 1, 9),
+    ];
     let pvs = pvs(&[(1, &["pv-1"])]);
     let out = run(
         &pvs,
-        &[migration(1, Some(Phase::Registered), Some("mine"), &["pv-1"])],
+        &[migration(
+            1,
+            Some(Phase::Registered),
+            Some("mine"),
+            &["pv-1"],
+        )],
         &volumes,
         &HashSet::new(),
     );
@@ -133,7 +152,12 @@ fn duplicates_keep_status_id_else_oldest() {
             others: vec!["new".into(), "old".into()]
         }]
     );
-    let out = run(&pvs, &[migration(1, None, None, &["pv-1"])], &volumes, &HashSet::new());
+    let out = run(
+        &pvs,
+        &[migration(1, None, None, &["pv-1"])],
+        &volumes,
+        &HashSet::new(),
+    );
     assert!(out.repairs.contains(&Repair::Duplicates {
         name: p(1).object_name(),
         path: p(1),
@@ -164,7 +188,12 @@ fn deletion_needs_two_passes_without_pv() {
         }]
     );
     // A PV that came back in between resets the count.
-    let back = run(&pvs(&[(1, &["pv-1"])]), &migrations, &volumes, &HashSet::new());
+    let back = run(
+        &pvs(&[(1, &["pv-1"])]),
+        &migrations,
+        &volumes,
+        &HashSet::new(),
+    );
     assert!(back.absent.is_empty());
 }
 
@@ -210,9 +239,19 @@ fn orphans_are_reported_and_collected_only_when_asked() {
 fn deleting_migrations_are_left_to_the_finalizer() {
     let mut m = migration(1, Some(Phase::Registered), Some("v1"), &[]);
     m.deleting = true;
-    let out = run(&pvs(&[(1, &["pv-1"])]), &[m.clone()], &[volume("v1", 1, 1)], &HashSet::new());
+    let out = run(
+        &pvs(&[(1, &["pv-1"])]),
+        &[m.clone()],
+        &[volume("v1", 1, 1)],
+        &HashSet::new(),
+    );
     assert!(out.repairs.is_empty());
-    let out = run(&HashMap::new(), &[m], &[volume("v1", 1, 1)], &HashSet::from([p(1)]));
+    let out = run(
+        &HashMap::new(),
+        &[m],
+        &[volume("v1", 1, 1)],
+        &HashSet::from([p(1)]),
+    );
     assert!(out.repairs.is_empty());
 }
 

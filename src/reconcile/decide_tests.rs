@@ -65,7 +65,11 @@ fn path() -> VolumePath {
 
 #[test]
 fn new_object_gets_finalizer_pvs_and_registration() {
-    let p = plan(&vm(status(None, None, &[]), false, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(
+        &vm(status(None, None, &[]), false, false),
+        &["pv-1"],
+        OnPvDelete::Unregister,
+    );
     assert!(p.add_finalizer);
     assert_eq!(p.set_pvs, Some(vec!["pv-1".to_string()]));
     assert_eq!(p.step, Step::Register(path()));
@@ -75,7 +79,14 @@ fn new_object_gets_finalizer_pvs_and_registration() {
 fn registered_and_in_sync_is_idle_with_no_writes() {
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
     let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
-    assert_eq!(p, Plan { add_finalizer: false, set_pvs: None, step: Step::Idle });
+    assert_eq!(
+        p,
+        Plan {
+            add_finalizer: false,
+            set_pvs: None,
+            step: Step::Idle
+        }
+    );
 }
 
 #[test]
@@ -87,8 +98,12 @@ fn registered_without_id_registers_again() {
 
 #[test]
 fn every_unfinished_phase_registers() {
-    for phase in [None, Some(Phase::Pending), Some(Phase::Registering), Some(Phase::Unregistering)]
-    {
+    for phase in [
+        None,
+        Some(Phase::Pending),
+        Some(Phase::Registering),
+        Some(Phase::Unregistering),
+    ] {
         let s = status(phase, None, &["pv-1"]);
         let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
         assert_eq!(p.step, Step::Register(path()), "{phase:?}");
@@ -99,8 +114,15 @@ fn every_unfinished_phase_registers() {
 #[test]
 fn pv_list_change_is_written() {
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
-    let p = plan(&vm(s, true, false), &["pv-1", "pv-2"], OnPvDelete::Unregister);
-    assert_eq!(p.set_pvs, Some(vec!["pv-1".to_string(), "pv-2".to_string()]));
+    let p = plan(
+        &vm(s, true, false),
+        &["pv-1", "pv-2"],
+        OnPvDelete::Unregister,
+    );
+    assert_eq!(
+        p.set_pvs,
+        Some(vec!["pv-1".to_string(), "pv-2".to_string()])
+    );
     assert_eq!(p.step, Step::Idle);
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
     let p = plan(&vm(s, true, false), &[], OnPvDelete::Unregister);
@@ -110,7 +132,11 @@ fn pv_list_change_is_written() {
 
 #[test]
 fn unused_path_is_not_registered() {
-    let p = plan(&vm(status(None, None, &[]), true, false), &[], OnPvDelete::Unregister);
+    let p = plan(
+        &vm(status(None, None, &[]), true, false),
+        &[],
+        OnPvDelete::Unregister,
+    );
     assert_eq!(p.step, Step::Idle);
     assert_eq!(p.set_pvs, None);
 }
@@ -130,7 +156,11 @@ fn failed_transient_waits_until_due_then_registers() {
 
 #[test]
 fn failed_permanent_waits_for_full_sync() {
-    for r in [reason::DISK_NOT_FOUND, reason::PERMANENT, reason::INVALID_PATH] {
+    for r in [
+        reason::DISK_NOT_FOUND,
+        reason::PERMANENT,
+        reason::INVALID_PATH,
+    ] {
         let s = failed(r, None);
         let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
         assert_eq!(p.step, Step::Idle, "{r}");
@@ -186,7 +216,11 @@ fn deletion_by_hand_while_used_keeps_volume_and_recreates() {
 
 #[test]
 fn deletion_of_never_registered_object_just_releases() {
-    let p = plan(&vm(status(None, None, &[]), true, true), &[], OnPvDelete::Unregister);
+    let p = plan(
+        &vm(status(None, None, &[]), true, true),
+        &[],
+        OnPvDelete::Unregister,
+    );
     assert_eq!(
         p.step,
         Step::Finalize {
@@ -194,6 +228,10 @@ fn deletion_of_never_registered_object_just_releases() {
             recreate: None
         }
     );
-    let p = plan(&vm(status(None, None, &[]), false, true), &[], OnPvDelete::Unregister);
+    let p = plan(
+        &vm(status(None, None, &[]), false, true),
+        &[],
+        OnPvDelete::Unregister,
+    );
     assert_eq!(p.step, Step::Idle, "not ours to finalize");
 }

@@ -138,7 +138,12 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     }
 }
 
-async fn register(ctx: &Context, vm: &VolumeMigration, path: &VolumePath, pvs: &[String]) -> Action {
+async fn register(
+    ctx: &Context,
+    vm: &VolumeMigration,
+    path: &VolumePath,
+    pvs: &[String],
+) -> Action {
     match register_and_report(ctx, vm, path, pvs).await {
         Ok(()) => Action::await_change(),
         Err(RegisterError::NotLeader { .. }) => Action::await_change(),
@@ -179,7 +184,12 @@ pub async fn register_and_report(
             };
             warn!(%path, reason = error.reason(), error = %error, "registration failed");
             let note = format!("{}: {error}", error.reason());
-            (Err(error), true, event_reason::REGISTRATION_FAILED, (result, note))
+            (
+                Err(error),
+                true,
+                event_reason::REGISTRATION_FAILED,
+                (result, note),
+            )
         }
     };
     let (metric, note) = note;
@@ -207,7 +217,11 @@ async fn set_finalizers(ctx: &Context, vm: &VolumeMigration, present: bool) -> R
     });
     match ctx
         .migrations
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => Ok(()),
@@ -246,7 +260,12 @@ async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str)
     }});
     patch_status(ctx, &name, patch).await?;
     ctx.events
-        .migration(vm, true, event_reason::REGISTRATION_FAILED, format!("InvalidPath: {message}"))
+        .migration(
+            vm,
+            true,
+            event_reason::REGISTRATION_FAILED,
+            format!("InvalidPath: {message}"),
+        )
         .await;
     Ok(())
 }
@@ -254,7 +273,11 @@ async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str)
 /// Merge-patches the status of VolumeMigration `name` under volmig's field manager.
 pub async fn patch_status(ctx: &Context, name: &str, patch: serde_json::Value) -> Result<()> {
     ctx.migrations
-        .patch_status(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch))
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(&patch),
+        )
         .await
         .map(drop)
         .map_err(|source| Error::Kube {

@@ -299,7 +299,9 @@ impl Registrar {
             drop(permit);
             match result {
                 Ok(value) => return Ok(value),
-                Err(e) if e.class.is_retryable() && attempt < self.config.retry.attempts_per_call => {
+                Err(e)
+                    if e.class.is_retryable() && attempt < self.config.retry.attempts_per_call =>
+                {
                     let delay = self.config.retry.delay(attempt);
                     debug!(%path, error = %e, ?delay, "transient backend error, retrying");
                     tokio::time::sleep(delay).await;

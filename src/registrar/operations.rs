@@ -4,9 +4,7 @@ use std::collections::BTreeSet;
 
 use tracing::{info, warn};
 
-use super::{
-    RegisterError, Registrar, Registration, StatusUpdate, choose_adoptee, create_request,
-};
+use super::{RegisterError, Registrar, Registration, StatusUpdate, choose_adoptee, create_request};
 use crate::api::Phase;
 use crate::backend::{ErrorClass, VolumeId};
 use crate::volume_path::VolumePath;
@@ -237,10 +235,7 @@ impl Registrar {
         Ok(())
     }
 
-    async fn load(
-        &self,
-        path: &VolumePath,
-    ) -> Result<Option<super::StoredState>, RegisterError> {
+    async fn load(&self, path: &VolumePath) -> Result<Option<super::StoredState>, RegisterError> {
         self.store
             .load(path)
             .await

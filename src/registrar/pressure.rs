@@ -81,7 +81,11 @@ pub struct NotLeader;
 impl CallGate {
     /// At most `max_concurrent` calls in flight and at most `requests_per_second` started
     /// per second (`None` = unlimited).
-    pub fn new(max_concurrent: usize, requests_per_second: Option<f64>, leader: LeaderGate) -> Self {
+    pub fn new(
+        max_concurrent: usize,
+        requests_per_second: Option<f64>,
+        leader: LeaderGate,
+    ) -> Self {
         let min_interval = requests_per_second
             .filter(|r| r.is_finite() && *r > 0.0)
             .map(|r| Duration::from_secs_f64(1.0 / r));
@@ -118,5 +122,4 @@ impl CallGate {
         }
         Ok(permit)
     }
-
 }

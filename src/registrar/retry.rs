@@ -78,7 +78,11 @@ mod tests {
             for _ in 0..50 {
                 let d = p.delay(attempt);
                 let base = p.base_delay(attempt);
-                assert!(d >= base / 2 && d <= base, "{d:?} outside [{:?}, {base:?}]", base / 2);
+                assert!(
+                    d >= base / 2 && d <= base,
+                    "{d:?} outside [{:?}, {base:?}]",
+                    base / 2
+                );
             }
         }
     }

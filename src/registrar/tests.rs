@@ -50,7 +50,8 @@ async fn sixty_four_concurrent_registers_make_one_create() {
     let f = fixture(config());
     let p = path(1);
     f.backend.add_disk(&p);
-    f.backend.set_latency(op::CREATE, Duration::from_millis(100));
+    f.backend
+        .set_latency(op::CREATE, Duration::from_millis(100));
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let (r, p) = (f.registrar.clone(), p.clone());
@@ -64,7 +65,11 @@ async fn sixty_four_concurrent_registers_make_one_create() {
     assert_eq!(f.backend.calls(op::CREATE), 1, "exactly one backend create");
     assert!(ids.iter().all(|id| *id == ids[0]), "all callers get one ID");
     assert_eq!(f.store.get(&p).unwrap().volume_id.as_ref(), Some(&ids[0]));
-    assert_eq!(f.registrar.locked_keys(), 0, "keyed-lock table must be empty");
+    assert_eq!(
+        f.registrar.locked_keys(),
+        0,
+        "keyed-lock table must be empty"
+    );
     println!("64 callers, 1 create, id {}", ids[0]);
 }
 
@@ -75,7 +80,10 @@ async fn create_succeeded_but_caller_saw_error_is_adopted() {
     f.backend.add_disk(&p);
     f.backend.inject(op::CREATE, Fault::FailAfterCreate, 1);
     let reg = f.registrar.register(&p).await.unwrap();
-    assert!(reg.adopted, "the retry must adopt the volume the failed call created");
+    assert!(
+        reg.adopted,
+        "the retry must adopt the volume the failed call created"
+    );
     assert_eq!(f.backend.volumes_for(&p).len(), 1);
     assert_eq!(f.backend.volumes_for(&p)[0].id, reg.volume_id);
     assert_eq!(f.backend.calls(op::CREATE), 1);
@@ -124,8 +132,15 @@ async fn cancelled_after_create_next_attempt_adopts() {
     let stalled = Arc::new(StallOnRegistered(InMemoryStatusStore::default()));
     let crashed = Registrar::new(backend.clone(), stalled.clone(), config());
     let attempt = tokio::time::timeout(Duration::from_secs(1), crashed.register(&p)).await;
-    assert!(attempt.is_err(), "the first attempt must have been cancelled");
-    assert_eq!(backend.calls(op::CREATE), 1, "the backend create did happen");
+    assert!(
+        attempt.is_err(),
+        "the first attempt must have been cancelled"
+    );
+    assert_eq!(
+        backend.calls(op::CREATE),
+        1,
+        "the backend create did happen"
+    );
     assert_eq!(
         stalled.0.get(&p).unwrap().phase,
         Some(Phase::Registering),
@@ -177,7 +192,11 @@ async fn id_is_kept_in_memory_until_stored() {
     assert_eq!(f.backend.calls(op::CREATE), 1);
 
     let reg = f.registrar.register(&p).await.unwrap();
-    assert_eq!(f.backend.calls(op::CREATE), 1, "stored from memory, no new create");
+    assert_eq!(
+        f.backend.calls(op::CREATE),
+        1,
+        "stored from memory, no new create"
+    );
     assert_eq!(f.backend.volumes()[0].id, reg.volume_id);
     assert_eq!(f.store.get(&p).unwrap().volume_id, Some(reg.volume_id));
     assert_eq!(f.registrar.unsaved_ids(), 0);
@@ -207,7 +226,10 @@ async fn invalid_path_fails_before_any_backend_call() {
         .register_raw("LocalDS_0/disk.vmdk")
         .await
         .unwrap_err();
-    assert!(matches!(err, RegisterError::InvalidPath(PathError::MissingDatastore { .. })));
+    assert!(matches!(
+        err,
+        RegisterError::InvalidPath(PathError::MissingDatastore { .. })
+    ));
     assert_eq!(err.reason(), "InvalidPath");
     for operation in [op::DISK_UUID, op::FIND, op::CREATE, op::DELETE, op::LIST] {
         assert_eq!(f.backend.calls(operation), 0, "{operation} called");
@@ -219,13 +241,15 @@ async fn transient_errors_are_retried_then_recorded() {
     let f = fixture(config());
     let p = path(7);
     f.backend.add_disk(&p);
-    f.backend.inject(op::DISK_UUID, Fault::Fail(ErrorClass::Transient), 2);
+    f.backend
+        .inject(op::DISK_UUID, Fault::Fail(ErrorClass::Transient), 2);
     f.registrar.register(&p).await.unwrap();
     assert_eq!(f.backend.calls(op::DISK_UUID), 3);
 
     let q = path(8);
     f.backend.add_disk(&q);
-    f.backend.inject(op::FIND, Fault::Fail(ErrorClass::Transient), 4);
+    f.backend
+        .inject(op::FIND, Fault::Fail(ErrorClass::Transient), 4);
     let err = f.registrar.register(&q).await.unwrap_err();
     assert_eq!(err.reason(), "BackendUnavailable");
     assert!(err.is_retryable());
@@ -233,12 +257,16 @@ async fn transient_errors_are_retried_then_recorded() {
     assert_eq!(state.phase, Some(Phase::Failed));
     assert!(matches!(
         &f.store.history().last().unwrap().1,
-        StatusUpdate::Failed { retry_after: Some(_), .. }
+        StatusUpdate::Failed {
+            retry_after: Some(_),
+            ..
+        }
     ));
 
     let r = path(9);
     f.backend.add_disk(&r);
-    f.backend.inject(op::FIND, Fault::Fail(ErrorClass::Permanent), 1);
+    f.backend
+        .inject(op::FIND, Fault::Fail(ErrorClass::Permanent), 1);
     let err = f.registrar.register(&r).await.unwrap_err();
     assert!(!err.is_retryable());
     assert_eq!(f.backend.calls(op::CREATE), 1, "only path 7 was created");
@@ -262,7 +290,8 @@ async fn follower_makes_no_backend_call() {
 #[tokio::test(start_paused = true)]
 async fn global_concurrency_limit_holds() {
     let f = fixture(config().with_max_concurrent(4));
-    f.backend.set_latency(op::CREATE, Duration::from_millis(100));
+    f.backend
+        .set_latency(op::CREATE, Duration::from_millis(100));
     let paths: Vec<_> = (100..150).map(path).collect();
     for p in &paths {
         f.backend.add_disk(p);
@@ -306,7 +335,10 @@ async fn lookup_never_registers() {
         f.registrar.lookup(&p).await,
         Err(LookupError::NotRegisteredYet { .. })
     ));
-    assert_eq!(f.backend.calls(op::CREATE) + f.backend.calls(op::DISK_UUID), 0);
+    assert_eq!(
+        f.backend.calls(op::CREATE) + f.backend.calls(op::DISK_UUID),
+        0
+    );
 }
 
 #[test]
@@ -317,7 +349,11 @@ fn adoption_prefers_own_name_then_oldest() {
         backing_path: None,
         created: t.map(|s| jiff::Timestamp::from_second(s).unwrap()),
     };
-    let vols = [vol("b", "other", Some(1)), vol("a", "mine", Some(5)), vol("c", "x", None)];
+    let vols = [
+        vol("b", "other", Some(1)),
+        vol("a", "mine", Some(5)),
+        vol("c", "x", None),
+    ];
     assert_eq!(choose_adoptee(&vols, "mine").unwrap().id.0, "a");
     assert_eq!(choose_adoptee(&vols, "none").unwrap().id.0, "b");
     assert!(choose_adoptee(&[], "none").is_none());

@@ -2,6 +2,10 @@
 //! when `VOLMIG_E2E_KUBECONFIG` is set), the vCenter simulator, and the real `volmig`
 //! binary as a child process.
 #![allow(dead_code)] // each test crate uses a different subset
+#![allow(
+    clippy::expect_used,
+    reason = "test harness: a failed set-up step should fail the test loudly"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -200,7 +204,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -229,7 +236,10 @@ impl Daemon {
         let credentials = cluster.path("credentials");
         std::fs::write(
             &credentials,
-            format!("username: {}\npassword: {}\n", vcsim.username, vcsim.password),
+            format!(
+                "username: {}\npassword: {}\n",
+                vcsim.username, vcsim.password
+            ),
         )
         .expect("write credentials");
         let http = format!("127.0.0.1:{}", free_port());
@@ -240,9 +250,15 @@ impl Daemon {
             .open(&log)
             .expect("log file");
         let mut flags: Vec<(String, Option<String>)> = vec![
-            ("--kubeconfig".into(), Some(cluster.kubeconfig.display().to_string())),
+            (
+                "--kubeconfig".into(),
+                Some(cluster.kubeconfig.display().to_string()),
+            ),
             ("--vc-url".into(), Some(vcsim.url.clone())),
-            ("--vc-credentials-file".into(), Some(credentials.display().to_string())),
+            (
+                "--vc-credentials-file".into(),
+                Some(credentials.display().to_string()),
+            ),
             ("--cluster-id".into(), Some("e2e-cluster".into())),
             ("--http-addr".into(), Some(http.clone())),
             ("--full-sync-interval".into(), Some("3s".into())),

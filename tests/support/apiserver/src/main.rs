@@ -31,12 +31,24 @@ struct Cli {
     /// Seconds between BOOKMARK events on idle watches that asked for them.
     #[arg(long, default_value_t = 5)]
     bookmark_interval_seconds: u64,
+    /// Kubernetes version to report (MAJOR.MINOR); the kubectl dispatcher picks its client by it.
+    #[arg(long, default_value = "1.33", value_parser = parse_version)]
+    kube_version: (u32, u32),
+}
+
+fn parse_version(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s
+        .split_once('.')
+        .ok_or_else(|| format!("expected MAJOR.MINOR, got {s:?}"))?;
+    let num = |x: &str| x.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
+    Ok((num(a)?, num(b)?))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -49,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
         watch_history: cli.watch_history,
         seed: cli.seed,
         bookmark_interval: Duration::from_secs(cli.bookmark_interval_seconds.max(1)),
-        ..Options::default()
+        kube_version: cli.kube_version,
     };
     let server = TestServer::start(opts).await?;
     if let Some(path) = &cli.kubeconfig_out {

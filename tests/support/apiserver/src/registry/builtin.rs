@@ -367,7 +367,11 @@ pub fn builtin_defs() -> Vec<ResourceDef> {
                 list_kind: format!("{}List", s.kind),
                 namespaced: s.namespaced,
                 short_names: s.short.iter().map(|x| x.to_string()).collect(),
-                categories: Vec::new(),
+                categories: if matches!(s.plural, "services" | "deployments") {
+                    vec!["all".to_string()]
+                } else {
+                    Vec::new()
+                },
                 storage,
                 conversion: if events_v1 {
                     Conversion::EventsV1
