@@ -99,6 +99,11 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_VC_REQUESTS_PER_SECOND", default_value_t = 50.0)]
     pub vc_requests_per_second: f64,
 
+    /// How long a create started by a replica that died may still complete in vCenter;
+    /// a path left in Registering is re-checked after this before it is created again.
+    #[arg(long, env = "VOLMIG_IN_FLIGHT_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub in_flight_grace: Duration,
+
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
     pub on_pv_delete: OnPvDelete,

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use crate::api::VolumeMigration;
 use crate::backend::VolumeBackend;
-use crate::backend::cns::{CnsBackend, CnsConfig};
+use crate::backend::cns::{CnsBackend, CnsConfig, DEFAULT_USER_AGENT};
 use crate::backend::metered::MeteredBackend;
 use crate::backend::on_demand::OnDemandBackend;
 use crate::cli::RunArgs;
@@ -34,9 +34,23 @@ use crate::status::KubeStatusStore;
 /// How long in-flight work may take to finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+/// The User-Agent of every request this replica makes (Kubernetes and vCenter), naming its
+/// lease holder ID so audit logs can tell replicas apart.
+pub fn user_agent(holder_id: &str) -> String {
+    format!("{DEFAULT_USER_AGENT} ({holder_id})")
+}
+
 /// Builds a client from `--kubeconfig`, else in-cluster / `KUBECONFIG` / `~/.kube/config`.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    kube_client_as(kubeconfig, DEFAULT_USER_AGENT).await
+}
+
+/// [`kube_client`] with a given User-Agent.
+pub async fn kube_client_as(
+    kubeconfig: Option<&std::path::Path>,
+    agent: &str,
+) -> anyhow::Result<kube::Client> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -48,16 +62,23 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
             "finding a Kubernetes configuration (in-cluster, KUBECONFIG, ~/.kube/config)",
         )?,
     };
+    let agent = ::http::HeaderValue::from_str(agent).context("User-Agent header")?;
+    config.headers.push((::http::header::USER_AGENT, agent));
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
-fn cns_backend(args: &RunArgs, metrics: &Metrics) -> anyhow::Result<Arc<dyn VolumeBackend>> {
+fn cns_backend(
+    args: &RunArgs,
+    metrics: &Metrics,
+    holder_id: &str,
+) -> anyhow::Result<Arc<dyn VolumeBackend>> {
     let credentials = crate::credentials::load(args.vc_credentials_file.as_deref())?;
     let mut config = CnsConfig::new(
         args.vc_url.clone(),
         credentials.username,
         credentials.password,
     );
+    config.user_agent = user_agent(holder_id);
     config.ca_file = args.vc_ca_file.clone();
     config.insecure = args.vc_insecure;
     config.datacenters = args.datacenters.clone();
@@ -88,7 +109,8 @@ fn leadership_gained(leader: watch::Receiver<bool>) -> impl futures::Stream<Item
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let holder_id = args.lease_holder_id.clone().unwrap_or_else(default_holder_id);
+    let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let health = Health::new();
     health.set_not_ready("caches not synced yet");
@@ -130,7 +152,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.vc_insecure {
         warn!("TLS verification of vCenter is disabled (--vc-insecure)");
     }
-    let backend = cns_backend(&args, &metrics)?;
+    let backend = cns_backend(&args, &metrics, &holder_id)?;
     let registrar = Arc::new(Registrar::new(
         backend,
         Arc::new(KubeStatusStore::new(client.clone())),
@@ -140,6 +162,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             requests_per_second: Some(args.vc_requests_per_second),
             retry: RetryPolicy::default(),
             leader: gate.clone(),
+            in_flight_grace: args.in_flight_grace,
         },
     ));
 

@@ -227,7 +227,7 @@ mod tests {
             "fixed before reporting"
         );
         assert_eq!(index.len(), 2);
-        assert!(index.paths().is_empty());
+        assert_eq!(index.paths().len(), 1, "only the fixed PV has a valid path");
     }
 
     #[test]

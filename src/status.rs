@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::api::{FIELD_MANAGER, VolumeMigration, VolumeMigrationStatus};
+use crate::api::{FIELD_MANAGER, Phase, VolumeMigration, VolumeMigrationStatus};
 use crate::backend::VolumeId;
 use crate::registrar::{StatusStore, StatusUpdate, StoreError, StoredState};
 use crate::volume_path::VolumePath;
@@ -64,12 +64,22 @@ pub fn store_error(path: &VolumePath, error: &kube::Error) -> StoreError {
     }
 }
 
+/// Condition reason of the `Registering` write-ahead; its time dates the write-ahead.
+const REGISTERING: &str = "Registering";
+
 /// The state the registrar decides on, read from a status.
 pub fn stored_state(status: &VolumeMigrationStatus) -> StoredState {
+    let registering_since = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == condition::REGISTERED && c.reason == REGISTERING)
+        .map(|c| c.last_transition_time.0);
     StoredState {
         phase: status.phase,
         volume_id: status.volume_id.as_deref().map(VolumeId::from),
         attempts: status.attempts.unwrap_or(0),
+        registering_since: registering_since.filter(|_| status.phase == Some(Phase::Registering)),
     }
 }
 
@@ -94,6 +104,7 @@ pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
             "phase": "Registering",
             "attempts": attempts,
             "nextRetryTime": null,
+            "conditions": conditions(now, false, REGISTERING, "a CNS create may be in flight"),
         }),
         StatusUpdate::Registered {
             volume_id,
@@ -252,6 +263,16 @@ mod tests {
     }
 
     #[test]
+    fn registering_patch_dates_the_write_ahead() {
+        let s = &status_patch(&StatusUpdate::Registering { attempts: 2 }, now())["status"];
+        let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
+        let state = stored_state(&typed);
+        assert_eq!(state.phase, Some(Phase::Registering));
+        assert_eq!(state.registering_since, Some(now()));
+        assert_eq!(state.attempts, 2);
+    }
+
+    #[test]
     fn unregistered_patch_clears_the_mapping() {
         let s = &status_patch(&StatusUpdate::Unregistered, now())["status"];
         assert_eq!(s["phase"], "Pending");
@@ -262,7 +283,8 @@ mod tests {
             StoredState {
                 phase: Some(crate::api::Phase::Pending),
                 volume_id: None,
-                attempts: 0
+                attempts: 0,
+                registering_since: None,
             }
         );
     }

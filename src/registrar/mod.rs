@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
@@ -63,7 +64,14 @@ pub struct RegistrarConfig {
     pub retry: RetryPolicy,
     /// Whether this replica may call the backend.
     pub leader: LeaderGate,
+    /// How long a create started by a process that died may still complete in vCenter.
+    /// A path found in `Registering` younger than this is re-checked for adoption after
+    /// the grace has passed instead of being created again.
+    pub in_flight_grace: Duration,
 }
+
+/// Default of [`RegistrarConfig::in_flight_grace`]: longer than a CNS create takes.
+pub const DEFAULT_IN_FLIGHT_GRACE: Duration = Duration::from_secs(60);
 
 impl RegistrarConfig {
     /// Defaults of the command line: 8 concurrent calls, 50 calls/s, always leader.
@@ -74,7 +82,14 @@ impl RegistrarConfig {
             requests_per_second: Some(50.0),
             retry: RetryPolicy::default(),
             leader: LeaderGate::always(),
+            in_flight_grace: DEFAULT_IN_FLIGHT_GRACE,
         }
+    }
+
+    /// Sets the in-flight grace.
+    pub fn with_in_flight_grace(mut self, grace: Duration) -> Self {
+        self.in_flight_grace = grace;
+        self
     }
 
     /// Sets the concurrency limit.

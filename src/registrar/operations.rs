@@ -1,6 +1,7 @@
 //! `register` and `unregister`: the two operations that change CNS.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -68,8 +69,11 @@ impl Registrar {
         path: &VolumePath,
         state: Option<super::StoredState>,
     ) -> Result<Registration, RegisterError> {
-        let attempts = state.map_or(0, |s| s.attempts) + 1;
-        match self.register_locked(path, attempts).await {
+        let attempts = state.as_ref().map_or(0, |s| s.attempts) + 1;
+        let in_flight_since = state
+            .filter(|s| s.phase == Some(Phase::Registering))
+            .and_then(|s| s.registering_since);
+        match self.register_locked(path, attempts, in_flight_since).await {
             Ok(registration) => Ok(registration),
             Err(error) => {
                 self.record_failure(path, &error, attempts).await;
@@ -82,6 +86,7 @@ impl Registrar {
         &self,
         path: &VolumePath,
         attempts: u32,
+        mut in_flight_since: Option<jiff::Timestamp>,
     ) -> Result<Registration, RegisterError> {
         let disk_uuid = match self.call(path, || self.backend.disk_uuid(path)).await {
             Ok(uuid) => uuid,
@@ -112,6 +117,20 @@ impl Registrar {
                     volume_id,
                     adopted: true,
                 });
+            }
+
+            // A process that died after its write-ahead may have a create still running in
+            // vCenter: give it the grace to finish, then look again before creating.
+            if let Some(since) = in_flight_since.take() {
+                let age = jiff::Timestamp::now().duration_since(since);
+                let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
+                if let Some(wait) = self.config.in_flight_grace.checked_sub(age)
+                    && !wait.is_zero()
+                {
+                    info!(%path, ?wait, "an earlier create may still be in flight; waiting before creating");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
             }
 
             if !wrote_ahead {

@@ -21,6 +21,9 @@ pub struct StoredState {
     pub volume_id: Option<VolumeId>,
     /// Attempts recorded so far.
     pub attempts: u32,
+    /// When the stored `Registering` write-ahead was made (a create may still be in flight
+    /// in vCenter if the process that made it died).
+    pub registering_since: Option<jiff::Timestamp>,
 }
 
 /// One status transition the registrar records.
@@ -131,18 +134,22 @@ impl StatusStore for InMemoryStatusStore {
             });
         }
         let entry = inner.states.entry(path.clone()).or_default();
-        apply(entry, &update);
+        apply(entry, &update, jiff::Timestamp::now());
         inner.history.push((path.clone(), update));
         Ok(())
     }
 }
 
-/// How an update changes the stored state; shared by every store.
-pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
+/// How an update made at `now` changes the stored state.
+pub fn apply(state: &mut StoredState, update: &StatusUpdate, now: jiff::Timestamp) {
+    if !matches!(update, StatusUpdate::Registering { .. }) {
+        state.registering_since = None;
+    }
     match update {
         StatusUpdate::Registering { attempts } => {
             state.phase = Some(Phase::Registering);
             state.attempts = *attempts;
+            state.registering_since = Some(now);
         }
         StatusUpdate::Registered {
             volume_id,

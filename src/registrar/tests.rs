@@ -170,10 +170,6 @@ async fn id_is_kept_in_memory_until_stored() {
     let p = path(5);
     f.backend.add_disk(&p);
     // Write-ahead succeeds, then both attempts to store the ID fail.
-    f.store
-        .save(&p, StatusUpdate::Registering { attempts: 0 })
-        .await
-        .unwrap();
     let backend = f.backend.clone();
     let store = f.store.clone();
     let registrar = f.registrar.clone();
@@ -200,6 +196,40 @@ async fn id_is_kept_in_memory_until_stored() {
     assert_eq!(f.backend.volumes()[0].id, reg.volume_id);
     assert_eq!(f.store.get(&p).unwrap().volume_id, Some(reg.volume_id));
     assert_eq!(f.registrar.unsaved_ids(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
+    let grace = Duration::from_secs(5);
+    let f = fixture(config().with_in_flight_grace(grace));
+    let p = path(13);
+    f.backend.add_disk(&p);
+    // A process wrote ahead and sent a create, then died; vCenter finishes it 2 s later.
+    f.store
+        .save(&p, StatusUpdate::Registering { attempts: 1 })
+        .await
+        .unwrap();
+    f.backend.set_latency(op::CREATE, Duration::from_secs(2));
+    let ghost = {
+        let (backend, request) = (f.backend.clone(), create_request(&config(), &p));
+        tokio::spawn(async move { backend.create_volume(&request).await })
+    };
+    tokio::task::yield_now().await;
+    let started = tokio::time::Instant::now();
+    let reg = f.registrar.register(&p).await.unwrap();
+    let ghost_id = ghost.await.unwrap().unwrap();
+    assert!(reg.adopted, "the in-flight create must be adopted");
+    assert_eq!(reg.volume_id, ghost_id);
+    assert_eq!(f.backend.calls(op::CREATE), 1, "no second create");
+    assert!(started.elapsed() >= Duration::from_secs(2), "waited for the grace");
+
+    // Without a recent write-ahead there is nothing to wait for.
+    let q = path(14);
+    f.backend.add_disk(&q);
+    f.backend.set_latency(op::CREATE, Duration::ZERO);
+    let started = tokio::time::Instant::now();
+    f.registrar.register(&q).await.unwrap();
+    assert!(started.elapsed() < grace, "no grace without a stored Registering");
 }
 
 #[tokio::test(start_paused = true)]

@@ -124,6 +124,12 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.max_concurrent_registrations == 16,
         ),
         (
+            "in-flight-grace",
+            vec!["--set-string", "inFlightGrace=2m"],
+            "--in-flight-grace=2m",
+            |a| a.in_flight_grace == Duration::from_secs(120),
+        ),
+        (
             "vc-requests-per-second",
             vec!["--set", "vcenter.requestsPerSecond=12.5"],
             "--vc-requests-per-second=12.5",

@@ -43,7 +43,7 @@ mod transport;
 mod vim;
 mod volumes;
 
-pub use config::{CnsConfig, DEFAULT_REQUEST_TIMEOUT, Password};
+pub use config::{CnsConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_USER_AGENT, Password};
 use fault::names;
 use inventory::Inventory;
 use session::SoapClient;
@@ -113,7 +113,7 @@ impl CnsBackend {
             .ok_or_else(|| config_error(format!("vCenter URL {server} has no host")))?;
         let tls = tls::client_config(trust, &server)
             .map_err(|e| config_error(format!("TLS setup for {server}: {e}")))?;
-        let transport = Transport::new(url, tls, config.request_timeout)?;
+        let transport = Transport::new(url, tls, config.request_timeout, &config.user_agent)?;
         let client = SoapClient::new(transport, config.username, config.password).await?;
         client.login().await?;
         let inventory = Inventory::new(&config.datacenters);

@@ -38,6 +38,7 @@ impl Transport {
         sdk_url: Url,
         tls: rustls::ClientConfig,
         timeout: Duration,
+        user_agent: &str,
     ) -> Result<Self, BackendError> {
         let mut tls = tls;
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -47,7 +48,7 @@ impl Transport {
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(30)))
             .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("volmig/", env!("CARGO_PKG_VERSION")))
+            .user_agent(user_agent)
             .build()
             .map_err(|e| {
                 BackendError::new(

@@ -24,6 +24,7 @@ pub mod kubeconfig;
 pub mod managed;
 pub mod meta;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod ops;
 pub mod patch;
 pub mod protobuf;

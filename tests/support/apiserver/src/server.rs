@@ -227,6 +227,13 @@ impl TestServer {
         self.shared.counters().reset();
     }
 
+    /// Number of watches currently streaming.
+    pub fn open_watches(&self) -> usize {
+        self.shared
+            .open_watches
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.store().rv()

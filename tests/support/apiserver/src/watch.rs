@@ -40,7 +40,12 @@ pub fn serve(shared: Arc<Shared>, ctx: Ctx, q: Query, shape: Shape) -> Response<
         headers_sent: false,
         tx,
     };
-    tokio::spawn(w.run(shared, q));
+    // Registered before anything else so that a drop right after this request is seen.
+    shared.open_watches.fetch_add(1, Ordering::SeqCst);
+    let guard = OpenGuard(shared.clone());
+    let mut drops = shared.drops.subscribe();
+    drops.borrow_and_update();
+    tokio::spawn(w.run(shared, q, drops, guard));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx))
     });
@@ -167,11 +172,13 @@ impl Watcher {
         self.send_object(kind, &ev.obj).await
     }
 
-    async fn run(mut self, shared: Arc<Shared>, q: Query) {
-        shared.open_watches.fetch_add(1, Ordering::SeqCst);
-        let _guard = OpenGuard(shared.clone());
-        let mut drops = shared.drops.subscribe();
-        drops.borrow_and_update();
+    async fn run(
+        mut self,
+        shared: Arc<Shared>,
+        q: Query,
+        mut drops: tokio::sync::watch::Receiver<u64>,
+        _guard: OpenGuard,
+    ) {
         let mut changes = shared.rv_rx.clone();
         changes.borrow_and_update();
         let requested = match q.resource_version.as_deref() {
@@ -244,6 +251,10 @@ impl Watcher {
             .map(|s| Instant::now() + Duration::from_secs(s));
         let idle = shared.opts.bookmark_interval;
         loop {
+            // A drop wins over pending events: nothing committed after it is delivered.
+            if drops.has_changed().unwrap_or(true) {
+                return;
+            }
             changes.borrow_and_update();
             let batch = {
                 let store = shared.store();
@@ -273,8 +284,9 @@ impl Watcher {
                 }
             };
             tokio::select! {
-                r = changes.changed() => if r.is_err() { return },
+                biased;
                 _ = drops.changed() => return,
+                r = changes.changed() => if r.is_err() { return },
                 () = until_deadline => {
                     if q.bookmarks {
                         let _ = self.send_bookmark(last, false).await;

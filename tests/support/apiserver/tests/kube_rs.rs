@@ -122,6 +122,10 @@ async fn watcher_survives_dropped_watches_and_compaction() {
     let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
     reader.wait_until_ready().await.expect("initial list");
     converge(&reader, &api).await;
+    common::eventually("the watcher's watch to be open", || {
+        env.server.open_watches() == 1
+    })
+    .await;
     env.server.reset_stats();
 
     let dropped = env.server.faults().drop_watches();
@@ -145,7 +149,8 @@ async fn watcher_survives_dropped_watches_and_compaction() {
     );
     assert!(
         lists >= 3,
-        "the 410 after compaction forced a re-list ({lists} lists)"
+        "the 410 after compaction forced a re-list ({lists} lists): {:?}",
+        stats.requests
     );
     assert!(stats.count(Verb::Watch, "persistentvolumes") >= 3);
     assert_eq!(after_drop.len(), 30 + 10 - 3);

@@ -473,3 +473,51 @@ async fn namespaced_kinds_and_namespace_deletion() {
         "checked: namespaced kinds need an existing namespace; deleting the namespace removes its contents"
     );
 }
+
+#[tokio::test]
+async fn older_kubectl_releases_work_too() {
+    // The kubectl dispatcher runs the bundled client nearest to the server's /version.
+    for minor in [27u32, 30] {
+        let env = common::start_with(kube_testserver::Options {
+            kube_version: (1, minor),
+            ..Default::default()
+        })
+        .await;
+        let version = env.kubectl_ok(&["version", "--client", "-o", "json"]);
+        let v: Value = serde_json::from_str(&version).expect("version json");
+        assert_eq!(v["clientVersion"]["minor"], minor.to_string(), "{version}");
+        env.install_crd();
+        apply_vmig(&env, "old", PATH1);
+        env.kubectl_ok(&[
+            "apply",
+            "-f",
+            &env.file("pv.yaml", &vsphere_pv_yaml("pv1", PATH1)),
+        ]);
+        env.kubectl_ok(&[
+            "patch",
+            "vmig",
+            "old",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Failed"}}"#,
+        ]);
+        let out = env.kubectl_ok(&["get", "vmig"]);
+        let mut lines = out.lines();
+        assert_eq!(
+            columns(lines.next().expect("header"))[..4],
+            ["NAME", "PATH", "VOLUME-ID", "PHASE"]
+        );
+        assert!(lines.next().expect("row").contains("Failed"), "{out}");
+        let err = env.kubectl_err(&[
+            "patch",
+            "vmig",
+            "old",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"volumePath":"[x] y.vmdk"}}"#,
+        ]);
+        assert!(err.contains("volumePath is immutable"), "{err}");
+        println!("checked: kubectl 1.{minor}: apply, status patch, printer columns, 422");
+    }
+}

@@ -44,6 +44,22 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response<Bod
     match r {
         Route::Admin(what) => admin::handle(&shared, req.method().clone(), &what, req).await,
         Route::Resource(rp) => resource(shared, rp, req).await,
+        Route::OpenApiV2 if header_str(&req, header::ACCEPT).contains("protobuf") => {
+            shared.counters().other();
+            let (major, minor) = shared.opts.kube_version;
+            let doc = crate::openapi_v2::document(
+                &shared.store().registry,
+                &format!("v{major}.{minor}.0"),
+            );
+            let mut r = Response::new(Body::from(doc));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                ),
+            );
+            r
+        }
         other => {
             shared.counters().other();
             meta_endpoint(&shared, other, req.uri().path())

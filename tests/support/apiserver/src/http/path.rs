@@ -17,6 +17,8 @@ pub enum Route {
     GroupVersion(String, String),
     /// `/openapi/v3`.
     OpenApiIndex,
+    /// `/openapi/v2` (protobuf only).
+    OpenApiV2,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/<g>/<v>`.
     OpenApiDoc(String, String),
     /// `/_testserver/...`.
@@ -70,6 +72,7 @@ pub fn route(path: &str) -> Route {
         ["api", v] => Route::GroupVersion(String::new(), (*v).to_string()),
         ["apis", g, v] => Route::GroupVersion((*g).to_string(), (*v).to_string()),
         ["openapi", "v3"] => Route::OpenApiIndex,
+        ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Route::OpenApiV2,
         ["openapi", "v3", "api", v] => Route::OpenApiDoc(String::new(), (*v).to_string()),
         ["openapi", "v3", "apis", g, v] => Route::OpenApiDoc((*g).to_string(), (*v).to_string()),
         ["_testserver", rest @ ..] => Route::Admin(rest.join("/")),
