@@ -109,7 +109,10 @@ fn leadership_gained(leader: watch::Receiver<bool>) -> impl futures::Stream<Item
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let holder_id = args.lease_holder_id.clone().unwrap_or_else(default_holder_id);
+    let holder_id = args
+        .lease_holder_id
+        .clone()
+        .unwrap_or_else(default_holder_id);
     let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let health = Health::new();

@@ -100,7 +100,6 @@ impl Registrar {
         };
 
         let request = create_request(&self.config, path);
-        let mut wrote_ahead = false;
         let mut create_attempt = 0;
         loop {
             create_attempt += 1;
@@ -133,12 +132,6 @@ impl Registrar {
                 }
             }
 
-            if !wrote_ahead {
-                self.save(path, StatusUpdate::Registering { attempts })
-                    .await?;
-                wrote_ahead = true;
-            }
-
             let permit = self
                 .gate
                 .enter()
@@ -147,6 +140,11 @@ impl Registrar {
                     path: path.clone(),
                     source,
                 })?;
+            // Write-ahead right before the create is sent (after waiting for a slot), so
+            // its time bounds when the create can have started: a restarted registrar's
+            // in-flight grace counts from here. Refreshed before every create attempt.
+            self.save(path, StatusUpdate::Registering { attempts })
+                .await?;
             let created = self.backend.create_volume(&request).await;
             drop(permit);
             match created {

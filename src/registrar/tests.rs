@@ -221,7 +221,10 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     assert!(reg.adopted, "the in-flight create must be adopted");
     assert_eq!(reg.volume_id, ghost_id);
     assert_eq!(f.backend.calls(op::CREATE), 1, "no second create");
-    assert!(started.elapsed() >= Duration::from_secs(2), "waited for the grace");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "waited for the grace"
+    );
 
     // Without a recent write-ahead there is nothing to wait for.
     let q = path(14);
@@ -229,7 +232,50 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     f.backend.set_latency(op::CREATE, Duration::ZERO);
     let started = tokio::time::Instant::now();
     f.registrar.register(&q).await.unwrap();
-    assert!(started.elapsed() < grace, "no grace without a stored Registering");
+    assert!(
+        started.elapsed() < grace,
+        "no grace without a stored Registering"
+    );
+}
+
+/// The write-ahead dates the create for a restarted registrar's grace, so it must be made
+/// after waiting for a backend slot, not before (found by the SIGKILL end-to-end test).
+#[tokio::test(start_paused = true)]
+async fn write_ahead_happens_after_waiting_for_a_slot() {
+    let f = fixture(config().with_max_concurrent(1));
+    let (a, b) = (path(15), path(16));
+    f.backend.add_disk(&a);
+    f.backend.add_disk(&b);
+    f.backend.set_latency(op::CREATE, Duration::from_secs(1));
+    let first = {
+        let (r, a) = (f.registrar.clone(), a.clone());
+        tokio::spawn(async move { r.register(&a).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    f.registrar.register(&b).await.unwrap();
+    first.await.unwrap().unwrap();
+    let order: Vec<(VolumePath, &str)> = f
+        .store
+        .history()
+        .into_iter()
+        .map(|(p, u)| {
+            let kind = match u {
+                StatusUpdate::Registering { .. } => "Registering",
+                StatusUpdate::Registered { .. } => "Registered",
+                _ => "other",
+            };
+            (p, kind)
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (a.clone(), "Registering"),
+            (a, "Registered"),
+            (b.clone(), "Registering"),
+            (b, "Registered")
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]

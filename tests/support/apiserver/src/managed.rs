@@ -176,6 +176,9 @@ pub fn check_apply_conflicts(
 
 /// Records ownership after a write from `old` (None for a create) to `new`: the writer owns
 /// what it applied (Apply) or changed (Update); others lose what changed or went away.
+///
+/// To keep memory low (tests hold 10^4–10^5 objects), plain updates of objects nobody ever
+/// applied record nothing: ownership only matters once server-side apply is in play.
 pub fn record(
     old: Option<&Value>,
     new: &mut Value,
@@ -184,6 +187,9 @@ pub fn record(
     with_status: bool,
     force: bool,
 ) {
+    if applied.is_none() && entries(new).is_empty() {
+        return;
+    }
     let before = old.map(|o| leaf_paths(o, with_status)).unwrap_or_default();
     let after = leaf_paths(new, with_status);
     let changed: Vec<Path> = after
@@ -209,9 +215,29 @@ pub fn record(
     };
     let forced: &[Path] = if force { &mine } else { &[] };
     let take_from_others: Vec<&Path> = changed.iter().chain(forced.iter()).collect();
+    let mine_entry = (!mine.is_empty() || applied.is_some()).then(|| {
+        let mut e = json!({
+            "manager": w.manager,
+            "operation": w.op(),
+            "apiVersion": w.api_version,
+            "time": meta::now_rfc3339(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": to_set(&mine),
+        });
+        if let Some(s) = w.subresource {
+            e["subresource"] = json!(s);
+        }
+        e
+    });
     let mut list: Vec<Value> = Vec::new();
+    let mut placed = false;
     for mut e in entries(new) {
         if same_entry(&e, w.manager, w.op(), w.subresource) {
+            // Keep the writer's entry where it was, so an unchanged re-apply is a no-op.
+            if let Some(m) = &mine_entry {
+                list.push(m.clone());
+            }
+            placed = true;
             continue;
         }
         let owned: Vec<Path> = from_set(e.get("fieldsV1").unwrap_or(&Value::Null))
@@ -225,19 +251,8 @@ pub fn record(
         e["fieldsV1"] = to_set(&owned);
         list.push(e);
     }
-    if !mine.is_empty() || applied.is_some() {
-        let mut e = json!({
-            "manager": w.manager,
-            "operation": w.op(),
-            "apiVersion": w.api_version,
-            "time": meta::now_rfc3339(),
-            "fieldsType": "FieldsV1",
-            "fieldsV1": to_set(&mine),
-        });
-        if let Some(s) = w.subresource {
-            e["subresource"] = json!(s);
-        }
-        list.push(e);
+    if let (false, Some(m)) = (placed, mine_entry) {
+        list.push(m);
     }
     meta::meta_mut(new).insert("managedFields".into(), Value::Array(list));
 }

@@ -555,3 +555,34 @@ async fn crd_lifecycle_serves_and_removes_the_resource() {
         "checked: CRD create serves the resource (status dropped on create, pruning, 422s); CRD delete removes it"
     );
 }
+
+#[tokio::test]
+async fn metadata_lists_and_streaming_list_watches() {
+    let env = common::start().await;
+    let api: Api<PersistentVolume> = Api::all(env.client().await);
+    create_pvs(&api, "m", 0..5).await;
+    let meta = api
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("metadata list");
+    assert_eq!(meta.items.len(), 5);
+    assert_eq!(meta.items[0].metadata.name.as_deref(), Some("m-00000"));
+    // sendInitialEvents=true: the initial state arrives as ADDED events, then a bookmark.
+    let (reader, writer) = reflector::store();
+    let cfg = watcher::Config::default().streaming_lists();
+    let stream = reflector(writer, watcher(api.clone(), cfg)).default_backoff();
+    let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
+    reader.wait_until_ready().await.expect("initial events");
+    assert_eq!(reader.state().len(), 5);
+    create_pvs(&api, "n", 0..2).await;
+    common::eventually("the new PVs in the cache", || reader.state().len() == 7).await;
+    task.abort();
+    assert_eq!(
+        env.server.stats().count(Verb::List, "persistentvolumes"),
+        1,
+        "only the metadata list"
+    );
+    println!(
+        "checked: PartialObjectMetadataList, and a streaming-list watcher (sendInitialEvents) without any list"
+    );
+}

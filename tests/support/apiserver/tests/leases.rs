@@ -52,6 +52,23 @@ async fn apply_conflicts_on_fields_owned_by_another_manager() {
     )
     .await
     .expect("same values share ownership");
+    match api
+        .patch(
+            "l1",
+            &PatchParams::apply("mgr-c"),
+            &Patch::Apply(lease("c")),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert!(
+                s.message.contains("mgr-a") && s.message.contains("mgr-b"),
+                "both owners named: {}",
+                s.message
+            );
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
     let got = api
         .patch(
             "l1",

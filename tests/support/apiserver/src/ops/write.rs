@@ -140,7 +140,12 @@ fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
         let mut c = v.clone();
         if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
-            m.remove("managedFields");
+            // Ownership changes are changes; a refreshed timestamp alone is not.
+            if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
         }
         c
     };

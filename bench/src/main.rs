@@ -1,0 +1,253 @@
+//! `volmig-bench`: measures the real `volmig` binary against the vCenter simulator and the
+//! Kubernetes API test server (registration throughput, API cost per PV, steady-state full
+//! sync, memory, start-up) and writes `results.json`, `report.md`, `throughput.png` and
+//! `memory.png`. `make bench` runs it; see `bench/README.md`.
+
+mod charts;
+mod cluster;
+mod daemon;
+mod goals;
+mod procfs;
+mod report;
+mod results;
+mod scale;
+mod scenarios;
+mod sim;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, ValueEnum};
+
+use crate::results::{ApiCost, Results};
+use crate::scale::{Scale, ScaleName};
+use crate::scenarios::{Env, progress};
+
+/// Benchmarks of volmig (issue 7).
+#[derive(Debug, Parser)]
+#[command(name = "volmig-bench")]
+struct Args {
+    /// Sizes: `smoke` (tiny, one run), `default`, or `large` (10,000 vmdks of throughput).
+    #[arg(long, env = "BENCH_SCALE", value_enum, default_value_t = ScaleName::Default)]
+    scale: ScaleName,
+    /// Where results.json, report.md and the PNG charts go.
+    #[arg(long, default_value_os_t = workspace().join("bench"))]
+    out: PathBuf,
+    /// Where the daemons' logs go (emptied first).
+    #[arg(long, default_value_os_t = workspace().join("target/bench-logs"))]
+    logs: PathBuf,
+    /// The volmig binary to measure (a release build).
+    #[arg(long, default_value_os_t = workspace().join("target/release/volmig"))]
+    volmig: PathBuf,
+    /// The vCenter simulator harness (`make vcsim`).
+    #[arg(long, default_value_os_t = workspace().join("target/vcsim/vcsim-harness"))]
+    vcsim: PathBuf,
+    /// Repetitions of every figure (default: 3, or 1 at `smoke`).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Run only these scenarios (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Scenario>,
+}
+
+/// The scenario groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Registration throughput and API cost per PV.
+    Throughput,
+    /// Steady-state full sync end to end.
+    Steady,
+    /// Memory, start-up and the in-process steady pass.
+    Tracked,
+}
+
+/// The workspace root (the parent of this crate).
+fn workspace() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VOLMIG_BENCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("volmig-bench")
+        .enable_all()
+        .build()
+        .context("building the runtime")?;
+    runtime.block_on(run(args))
+}
+
+fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
+    let mut notes = vec![
+        format!(
+            "Components: the `volmig` release binary as a child process; the govmomi vCenter \
+             simulator (`tests/support/vcsim`) as a child process over HTTPS; the Kubernetes \
+             API test server (`tests/support/apiserver`) inside the benchmark process on its \
+             own 2-thread runtime. All of them share the machine's {} cores, so every \
+             figure includes the servers' CPU contention.",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        "Throughput and steady-state runs pass `--vc-requests-per-second 100000`: the default \
+         limit (50 backend calls/s, each registration making 3 gated calls) would cap \
+         registration at about 17 volumes/s, below the C ÷ L ideal for C ≥ 8."
+            .to_string(),
+        "Lease writes (leader election renewing its Lease) are counted apart and excluded \
+         from the per-PV and per-pass write counts; Events are counted as writes."
+            .to_string(),
+        "The in-process pass uses a benchmark-side in-memory backend that holds the CNS \
+         volumes with UUID-shaped IDs and lists them in pages of 500 like volmig's \
+         `InMemoryBackend`; that one cannot be filled with 100,000 volumes quickly (each \
+         create scans every volume) and hands out short `mem-N` IDs."
+            .to_string(),
+    ];
+    if scale.serial_volumes != scale.throughput_volumes {
+        notes.push(format!(
+            "The serial baseline (C = 1) registers {} vmdks per run instead of {}, to keep \
+             `make bench` near 20 minutes on 2 cores; one-at-a-time throughput does not \
+             depend on N.",
+            scale.serial_volumes, scale.throughput_volumes
+        ));
+    }
+    if scale.runs < 3 {
+        notes.push(format!(
+            "Scale `{}`: {} run(s) per figure, not 3 — a check that the harness works, not a \
+             measurement.",
+            scale.name, scale.runs
+        ));
+    }
+    if font.is_none() {
+        notes.push(
+            "No TrueType font was found (Debian `fonts-dejavu-core`): the charts have no text."
+                .into(),
+        );
+    }
+    notes
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let date = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)?
+        .to_string();
+    let mut scale = Scale::of(args.scale);
+    if let Some(runs) = args.runs {
+        scale.runs = runs.max(1);
+    }
+    for (what, path, hint) in [
+        ("volmig", &args.volmig, "cargo build --release --bin volmig"),
+        ("simulator", &args.vcsim, "make vcsim"),
+    ] {
+        if !path.is_file() {
+            bail!(
+                "{what} binary {} not found; build it with `{hint}` (make bench does)",
+                path.display()
+            );
+        }
+    }
+    if args.logs.exists() {
+        std::fs::remove_dir_all(&args.logs)
+            .with_context(|| format!("emptying {}", args.logs.display()))?;
+    }
+    std::fs::create_dir_all(&args.logs)
+        .with_context(|| format!("creating {}", args.logs.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let font = charts::font();
+    let env = Env {
+        volmig: args.volmig.clone(),
+        vcsim: args.vcsim.clone(),
+        logs: args.logs.clone(),
+        scale: scale.clone(),
+    };
+    let wanted = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
+    let mut results = Results {
+        date,
+        scale: scale.name.into(),
+        runs: scale.runs,
+        machine: procfs::Machine::read(),
+        total_seconds: 0.0,
+        throughput: Vec::new(),
+        api_cost: ApiCost::default(),
+        steady: Vec::new(),
+        tracked: Vec::new(),
+        goals: Vec::new(),
+        notes: notes(&scale, font),
+    };
+    progress(format!(
+        "scale {}, {} run(s) per figure, logs in {}",
+        scale.name,
+        scale.runs,
+        args.logs.display()
+    ));
+    let mut failures = Vec::new();
+    if wanted(Scenario::Throughput) {
+        match scenarios::throughput::run(&env).await {
+            Ok((points, cost)) => {
+                results.throughput = points;
+                results.api_cost = cost;
+            }
+            Err(e) => failures.push(format!("throughput: {e:#}")),
+        }
+    }
+    if wanted(Scenario::Steady) {
+        match scenarios::steady::run(&env).await {
+            Ok(row) => results.steady.push(row),
+            Err(e) => failures.push(format!("steady state: {e:#}")),
+        }
+    }
+    if wanted(Scenario::Tracked) {
+        match scenarios::tracked::run(&env).await {
+            Ok((rows, filled)) => {
+                results.tracked = rows;
+                match scenarios::in_process::run(&filled.cluster, &filled.volumes, scale.runs).await
+                {
+                    Ok(row) => results.steady.push(row),
+                    Err(e) => failures.push(format!("in-process steady state: {e:#}")),
+                }
+            }
+            Err(e) => failures.push(format!("memory and start-up: {e:#}")),
+        }
+    }
+    results.total_seconds = started.elapsed().as_secs_f64();
+    results.goals = goals::check(&results);
+    for f in &failures {
+        results.notes.push(format!("FAILED: {f}"));
+    }
+    write_outputs(&results, &args.out)?;
+    progress(format!(
+        "done in {:.0} s: {} goals met of {}; results in {}",
+        results.total_seconds,
+        results.goals.iter().filter(|g| g.met).count(),
+        results.goals.len(),
+        args.out.display()
+    ));
+    if !failures.is_empty() {
+        bail!(
+            "{} scenario(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn write_outputs(results: &Results, out: &Path) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(results).context("encoding results")?;
+    let file = out.join("results.json");
+    std::fs::write(&file, json + "\n").with_context(|| format!("writing {}", file.display()))?;
+    let file = out.join("report.md");
+    std::fs::write(&file, report::render(results))
+        .with_context(|| format!("writing {}", file.display()))?;
+    charts::throughput(results, &out.join("throughput.png"))?;
+    charts::memory(results, &out.join("memory.png"))?;
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! `bench/report.md`: the results as tables a person reads.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::results::{Results, Summary};
+
+/// `median (min–max)` with `d` decimals.
+pub fn fmt(s: &Summary, d: usize) -> String {
+    if s.runs.len() <= 1 || (s.min == s.max) {
+        format!("{:.d$}", s.median)
+    } else {
+        format!("{:.d$} ({:.d$}–{:.d$})", s.median, s.min, s.max)
+    }
+}
+
+fn counts(map: &BTreeMap<String, f64>, d: usize) -> String {
+    if map.is_empty() {
+        return "—".into();
+    }
+    map.iter()
+        .map(|(k, v)| format!("{k}: {v:.d$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn mib(kib: f64) -> f64 {
+    kib / 1024.0
+}
+
+/// Renders the whole report.
+pub fn render(r: &Results) -> String {
+    let mut o = String::new();
+    let m = &r.machine;
+    let _ = writeln!(o, "# volmig benchmark report\n");
+    let _ = writeln!(
+        o,
+        "Measured {} on {} cores ({}), {} MiB of memory, Linux {}; {}. Scale `{}`: every \
+         figure is the median of {} runs with (min–max). The whole benchmark took {:.0} s. \
+         Written by `make bench` (`bench/`); the numbers are in `results.json`.\n",
+        r.date,
+        m.cores,
+        m.cpu,
+        m.memory_mib,
+        m.kernel,
+        if m.rustc.is_empty() {
+            "release build"
+        } else {
+            &m.rustc
+        },
+        r.scale,
+        r.runs,
+        r.total_seconds
+    );
+
+    let _ = writeln!(o, "## Goals\n");
+    let _ = writeln!(o, "| Figure | Goal | volmig | Met |\n|---|---|---|---|");
+    for g in &r.goals {
+        let met = match (&g.met, &g.miss) {
+            (true, _) => "yes".to_string(),
+            (false, Some(miss)) => format!("**no** ({miss})"),
+            (false, None) => "**no**".to_string(),
+        };
+        let _ = writeln!(o, "| {} | {} | {} | {met} |", g.figure, g.goal, g.value);
+    }
+
+    let _ = writeln!(o, "\n## Registration throughput\n");
+    let _ = writeln!(
+        o,
+        "Fresh simulator (`CnsCreateVolume` delayed by L), fresh API server and `volmig run \
+         --max-concurrent-registrations C --vc-requests-per-second 100000` per run; the clock \
+         runs from the first PV create to the last registration. C = 1 is the serial \
+         baseline (the anchor's one-at-a-time registration).\n"
+    );
+    let _ = writeln!(
+        o,
+        "| L (ms) | C | vmdks | seconds | volumes/s | ideal C÷L | ratio | peak creates in \
+         flight | API writes/PV | SOAP calls/PV |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for t in &r.throughput {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {:.1} | {} | {:.0} | {} | {} |",
+            t.latency_ms,
+            t.concurrency,
+            t.volumes,
+            fmt(&t.seconds, 2),
+            fmt(&t.volumes_per_second, 1),
+            t.ideal_per_second,
+            fmt(&t.ratio_to_ideal, 2),
+            t.peak_creates_in_flight,
+            fmt(&t.api_writes_per_pv, 2),
+            fmt(&t.sim_calls_per_pv, 2),
+        );
+    }
+    let _ = writeln!(o, "\n![throughput vs concurrency](throughput.png)\n");
+
+    let c = &r.api_cost;
+    let _ = writeln!(o, "## API cost per new PV\n");
+    let _ = writeln!(
+        o,
+        "From {} ({} PVs per run), counted at the API test server and at the simulator \
+         from the first PV create until the writes stopped. The benchmark's own PV creates \
+         are not counted.\n",
+        c.source, c.volumes
+    );
+    let _ = writeln!(o, "| | per PV |\n|---|---|");
+    let _ = writeln!(
+        o,
+        "| API writes (Events included, leases excluded) | {} |",
+        fmt(&c.writes_per_pv, 2)
+    );
+    let _ = writeln!(
+        o,
+        "| API writes without Events | {} |",
+        fmt(&c.writes_per_pv_without_events, 2)
+    );
+    let _ = writeln!(o, "| Event creates | {} |", fmt(&c.events_per_pv, 2));
+    let _ = writeln!(
+        o,
+        "| writes by request | {} |",
+        counts(&c.writes_by_request, 2)
+    );
+    let _ = writeln!(
+        o,
+        "| reads by request | {} |",
+        counts(&c.reads_by_request, 2)
+    );
+    let _ = writeln!(
+        o,
+        "| SOAP calls by method | {} |",
+        counts(&c.sim_calls_by_method, 2)
+    );
+    let _ = writeln!(
+        o,
+        "\nLease renewals (leader election, independent of PVs): {} writes per run of {} s.\n",
+        fmt(&c.lease_writes_per_run, 0),
+        fmt(&c.run_seconds, 1)
+    );
+
+    let _ = writeln!(o, "## Steady-state full sync\n");
+    let _ = writeln!(
+        o,
+        "| mode | N | wall s | CPU s (volmig) | CPU s (API server) | API lists | API writes | \
+         lease writes | backend calls | repairs |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for s in &r.steady {
+        let server = if s.server_cpu_seconds.runs.is_empty() {
+            "—".to_string()
+        } else {
+            fmt(&s.server_cpu_seconds, 3)
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {server} | {} ({}) | {} | {} | {} | {} |",
+            s.mode,
+            s.volumes,
+            fmt(&s.wall_seconds, 3),
+            fmt(&s.cpu_seconds, 3),
+            fmt(&s.api_lists, 0),
+            counts(&s.api_lists_by_resource, 0),
+            fmt(&s.api_writes, 0),
+            fmt(&s.lease_writes, 0),
+            counts(&s.backend_calls, 0),
+            fmt(&s.repairs, 0),
+        );
+    }
+    let _ = writeln!(o);
+    for s in &r.steady {
+        let _ = writeln!(o, "- **{}**: {}.", s.mode, s.what);
+        if let Some(rss) = s.rss_kib_after {
+            let _ = writeln!(
+                o,
+                "  Resident memory of that daemon after the passes: {:.1} MiB.",
+                mib(rss)
+            );
+        }
+    }
+
+    let _ = writeln!(o, "\n## Memory and start-up\n");
+    let _ = writeln!(
+        o,
+        "`volmig run --leader-election false` over N in-tree PVs, each with its Registered \
+         VolumeMigration (created directly in the API test server), vCenter unreachable so \
+         that only the Kubernetes side runs: PV index, VolumeMigration cache, one reconcile \
+         of every object (nothing to write) and a full sync that stops at the CNS listing. \
+         Ready = process start → `/readyz` 200; memory = `VmRSS` once the daemon used < 2 % \
+         of a core for a whole second; bytes per volume = (RSS − idle RSS) ÷ N.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| N | ready s | RSS MiB | anon RSS MiB | peak MiB | bytes/volume | settle s | API \
+         writes |\n|---|---|---|---|---|---|---|---|"
+    );
+    for t in &r.tracked {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.volumes,
+            fmt(&t.ready_seconds, 3),
+            fmt(&t.rss_kib.map(mib), 1),
+            fmt(&t.rss_anon_kib.map(mib), 1),
+            fmt(&t.peak_kib.map(mib), 1),
+            if t.volumes == 0 {
+                "(idle)".into()
+            } else {
+                fmt(&t.bytes_per_volume, 0)
+            },
+            fmt(&t.settle_seconds, 1),
+            fmt(&t.api_writes, 0),
+        );
+    }
+    let _ = writeln!(o, "\n![memory vs volumes](memory.png)\n");
+
+    let _ = writeln!(o, "## Notes\n");
+    for n in &r.notes {
+        let _ = writeln!(o, "- {n}");
+    }
+    let missed: Vec<_> = r.goals.iter().filter(|g| !g.met).collect();
+    if missed.is_empty() {
+        let _ = writeln!(o, "- Every goal was met.");
+    } else {
+        let _ = writeln!(
+            o,
+            "- Missed: {}. Where the time or memory goes is described in \
+             `docs/performance.md`.",
+            missed
+                .iter()
+                .map(|g| format!(
+                    "{} ({}; {})",
+                    g.figure,
+                    g.value,
+                    g.miss.clone().unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    o
+}

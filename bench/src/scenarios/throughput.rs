@@ -1,0 +1,220 @@
+//! Registration throughput and the API cost of a new PV: a fresh simulator (N vmdks,
+//! `CnsCreateVolume` delayed by L), a fresh API server and `volmig run` with
+//! `--max-concurrent-registrations C`; the clock runs from the first PV create to the
+//! moment `volmig_registrations_total` reaches N, and every VolumeMigration is then checked
+//! to be Registered.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use kube_testserver::Verb;
+
+use super::{Env, POLL, progress};
+use crate::cluster::{self, Cluster, daemon_writes};
+use crate::daemon::{Daemon, VCenter};
+use crate::results::{ApiCost, Summary, Throughput, median_counts};
+use crate::sim::{Sim, SimOptions};
+
+/// What one run measured.
+struct Run {
+    seconds: f64,
+    writes: f64,
+    writes_without_events: f64,
+    events: f64,
+    leases: f64,
+    writes_by_request: BTreeMap<String, f64>,
+    reads_by_request: BTreeMap<String, f64>,
+    sim_calls: BTreeMap<String, f64>,
+    peak_creates: f64,
+}
+
+/// Runs every (L, C) configuration `runs` times. The API cost comes from the runs at
+/// C = 8 and the smallest L.
+pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
+    let mut points = Vec::new();
+    let mut cost_runs: Vec<Run> = Vec::new();
+    let cost_latency = env.scale.latencies_ms.iter().copied().min().unwrap_or(50);
+    for &latency in &env.scale.latencies_ms {
+        for &c in &env.scale.concurrencies {
+            let n = env.scale.volumes_at(c);
+            let mut runs = Vec::new();
+            for r in 0..env.scale.runs {
+                let run = one(env, latency, c, n, r).await.with_context(|| {
+                    format!("throughput run {r} with L = {latency} ms, C = {c}, N = {n}")
+                })?;
+                progress(format!(
+                    "throughput L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s, \
+                     {:.2} API writes/PV",
+                    run.seconds,
+                    n as f64 / run.seconds,
+                    run.writes
+                ));
+                runs.push(run);
+            }
+            let ideal = f64::from(c) * 1000.0 / latency as f64;
+            let seconds = Summary::of(&runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
+            let per_second = seconds.map(|s| n as f64 / s);
+            let sim_per_pv: Vec<f64> = runs
+                .iter()
+                .map(|r| r.sim_calls.values().sum::<f64>())
+                .collect();
+            points.push(Throughput {
+                latency_ms: latency,
+                concurrency: c,
+                volumes: n,
+                ratio_to_ideal: per_second.map(|v| v / ideal),
+                volumes_per_second: per_second,
+                seconds,
+                ideal_per_second: ideal,
+                peak_creates_in_flight: Summary::of(
+                    &runs.iter().map(|r| r.peak_creates).collect::<Vec<_>>(),
+                )
+                .median,
+                api_writes_per_pv: Summary::of(&runs.iter().map(|r| r.writes).collect::<Vec<_>>()),
+                sim_calls_per_pv: Summary::of(&sim_per_pv),
+            });
+            if c == 8 && latency == cost_latency {
+                cost_runs = runs;
+            }
+        }
+    }
+    let n = env.scale.volumes_at(8);
+    let pick = |f: fn(&Run) -> f64| Summary::of(&cost_runs.iter().map(f).collect::<Vec<_>>());
+    let cost = ApiCost {
+        source: format!("the throughput runs with C = 8, L = {cost_latency} ms"),
+        volumes: n,
+        writes_per_pv: pick(|r| r.writes),
+        writes_per_pv_without_events: pick(|r| r.writes_without_events),
+        events_per_pv: pick(|r| r.events),
+        writes_by_request: median_counts(
+            &cost_runs
+                .iter()
+                .map(|r| r.writes_by_request.clone())
+                .collect::<Vec<_>>(),
+        ),
+        reads_by_request: median_counts(
+            &cost_runs
+                .iter()
+                .map(|r| r.reads_by_request.clone())
+                .collect::<Vec<_>>(),
+        ),
+        lease_writes_per_run: pick(|r| r.leases),
+        run_seconds: pick(|r| r.seconds),
+        sim_calls_by_method: median_counts(
+            &cost_runs
+                .iter()
+                .map(|r| r.sim_calls.clone())
+                .collect::<Vec<_>>(),
+        ),
+    };
+    Ok((points, cost))
+}
+
+async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Result<Run> {
+    let sim = Sim::start(
+        &env.vcsim,
+        &SimOptions {
+            vmdks: n,
+            create_delay_ms: latency,
+        },
+    )
+    .await?;
+    let cluster = Cluster::start().await?;
+    let mut daemon = Daemon::spawn(
+        &env.volmig,
+        &env.logs,
+        &format!("throughput-l{latency}-c{c}-r{r}"),
+        &cluster.kubeconfig,
+        VCenter::Sim(&sim),
+        &[
+            ("--max-concurrent-registrations", c.to_string()),
+            ("--vc-requests-per-second", "100000".into()),
+            ("--full-sync-interval", "1h".into()),
+        ],
+    )?;
+    let limit = Duration::from_secs(120);
+    daemon.wait_ready(POLL, limit).await?;
+    daemon
+        .wait_metric("volmig_leader", "", 1.0, POLL, limit)
+        .await?;
+    // The start-up pass (nothing to do yet) must be over before the clock starts.
+    daemon
+        .wait_metric("volmig_full_sync_passes_total", "", 1.0, POLL, limit)
+        .await?;
+    cluster.server.reset_stats();
+    sim.reset_stats().await?;
+
+    let volumes = cluster::volumes(&sim.datastore, 1..n + 1);
+    let started = Instant::now();
+    cluster.create_pvs(&volumes).await?;
+    // Generous: the ideal time, ten times over, plus a minute.
+    let expected = Duration::from_millis(n as u64 * latency / u64::from(c)) * 10;
+    daemon
+        .wait_metric(
+            "volmig_registrations_total",
+            "",
+            n as f64,
+            POLL,
+            expected + Duration::from_secs(60),
+        )
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    // Events are published after the counter moves: wait until the writes stop.
+    let mut last = cluster.stats().writes;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = cluster.stats().writes;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let stats = cluster.stats();
+    let sim_stats = sim.stats().await?;
+    // Checked after the counters were read, so these reads are not counted.
+    let created = daemon
+        .metric("volmig_registrations_total", "result=\"created\"")
+        .await
+        .unwrap_or(0.0);
+    let (registered, all) = cluster.registered_count().await?;
+    ensure!(
+        created as usize == n && registered == n && all == n,
+        "expected {n} created and Registered, got {created} created, {registered} of {all} \
+         Registered"
+    );
+    daemon.stop(Duration::from_secs(20)).await;
+    sim.stop().await;
+
+    let per_pv = n as f64;
+    let (leases, events, other) = daemon_writes(&stats);
+    let is_daemon_write = |key: &str| key != "create persistentvolumes" && !key.contains("leases");
+    let writes_by_request = cluster::by_verb(&stats, Verb::is_write)
+        .into_iter()
+        .filter(|(k, _)| is_daemon_write(k))
+        .map(|(k, v)| (k, v as f64 / per_pv))
+        .collect();
+    let reads_by_request = cluster::by_verb(&stats, |v| !v.is_write())
+        .into_iter()
+        .map(|(k, v)| (k, v as f64 / per_pv))
+        .collect();
+    Ok(Run {
+        seconds,
+        writes: (other + events) as f64 / per_pv,
+        writes_without_events: other as f64 / per_pv,
+        events: events as f64 / per_pv,
+        leases: leases as f64,
+        writes_by_request,
+        reads_by_request,
+        sim_calls: sim_stats
+            .calls
+            .iter()
+            .map(|(k, v)| (k.clone(), *v as f64 / per_pv))
+            .collect(),
+        peak_creates: sim_stats
+            .max_in_flight
+            .get("CnsCreateVolume")
+            .copied()
+            .unwrap_or(0) as f64,
+    })
+}
