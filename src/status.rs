@@ -100,11 +100,11 @@ fn conditions(now: jiff::Timestamp, registered: bool, reason: &str, message: &st
 /// The merge patch of `/status` for one registrar transition (pure; `now` is injected).
 pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
     let status = match update {
-        StatusUpdate::Registering { attempts } => json!({
+        StatusUpdate::Registering { attempts, since } => json!({
             "phase": "Registering",
             "attempts": attempts,
             "nextRetryTime": null,
-            "conditions": conditions(now, false, REGISTERING, "a CNS create may be in flight"),
+            "conditions": conditions(*since, false, REGISTERING, "a CNS create may be in flight"),
         }),
         StatusUpdate::Registered {
             volume_id,
@@ -264,7 +264,13 @@ mod tests {
 
     #[test]
     fn registering_patch_dates_the_write_ahead() {
-        let s = &status_patch(&StatusUpdate::Registering { attempts: 2 }, now())["status"];
+        let s = &status_patch(
+            &StatusUpdate::Registering {
+                attempts: 2,
+                since: now(),
+            },
+            jiff::Timestamp::now(),
+        )["status"];
         let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
         let state = stored_state(&typed);
         assert_eq!(state.phase, Some(Phase::Registering));

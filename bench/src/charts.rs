@@ -50,7 +50,10 @@ const PALETTE: [RGBColor; 4] = [
 
 /// Draws `throughput.png`: measured volumes/s against C for each L, with the ideal C ÷ L.
 pub fn throughput(r: &Results, path: &Path) -> anyhow::Result<()> {
-    let text = font().is_some();
+    draw_throughput(r, path, font().is_some())
+}
+
+fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(err("fill"))?;
     let mut latencies: Vec<u64> = r.throughput.iter().map(|t| t.latency_ms).collect();
@@ -194,7 +197,10 @@ pub fn throughput(r: &Results, path: &Path) -> anyhow::Result<()> {
 /// Draws `memory.png`: resident memory against tracked volumes, with the goal line
 /// (idle + 1 KiB per volume).
 pub fn memory(r: &Results, path: &Path) -> anyhow::Result<()> {
-    let text = font().is_some();
+    draw_memory(r, path, font().is_some())
+}
+
+fn draw_memory(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(err("fill"))?;
     let rows: Vec<&Tracked> = r.tracked.iter().filter(|t| t.volumes > 0).collect();
@@ -337,4 +343,80 @@ pub fn memory(r: &Results, path: &Path) -> anyhow::Result<()> {
     }
     root.present()
         .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procfs::Machine;
+    use crate::results::{ApiCost, Summary, Throughput};
+
+    fn sample() -> Results {
+        let point = |latency_ms: u64, concurrency: u16, v: f64| Throughput {
+            latency_ms,
+            concurrency,
+            volumes: 100,
+            seconds: Summary::of(&[100.0 / v]),
+            volumes_per_second: Summary::of(&[v * 0.9, v, v * 1.1]),
+            ideal_per_second: f64::from(concurrency) * 1000.0 / latency_ms as f64,
+            ratio_to_ideal: Summary::of(&[0.9]),
+            peak_creates_in_flight: f64::from(concurrency),
+            api_writes_per_pv: Summary::of(&[6.0]),
+            sim_calls_per_pv: Summary::of(&[4.0]),
+        };
+        let tracked = |volumes: usize, mib: f64| Tracked {
+            volumes,
+            rss_kib: Summary::of(&[mib * 1024.0, mib * 1100.0]),
+            ..Tracked::default()
+        };
+        Results {
+            date: "2026-01-01T00:00:00Z".into(),
+            scale: "test".into(),
+            runs: 3,
+            machine: Machine::read(),
+            total_seconds: 1.0,
+            throughput: vec![
+                point(50, 1, 15.0),
+                point(50, 8, 120.0),
+                point(200, 1, 4.5),
+                point(200, 8, 38.0),
+            ],
+            api_cost: ApiCost::default(),
+            steady: vec![SteadyPass {
+                volumes: 2_000,
+                rss_kib_after: Some(40_000.0),
+                ..SteadyPass::default()
+            }],
+            tracked: vec![
+                tracked(0, 20.0),
+                tracked(1_000, 25.0),
+                tracked(10_000, 60.0),
+            ],
+            goals: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn charts_draw_with_and_without_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = sample();
+        for text in [true, false] {
+            if text && font().is_none() {
+                continue;
+            }
+            let t = dir.path().join(format!("t-{text}.png"));
+            let m = dir.path().join(format!("m-{text}.png"));
+            draw_throughput(&r, &t, text).unwrap();
+            draw_memory(&r, &m, text).unwrap();
+            for file in [t, m] {
+                let bytes = std::fs::read(&file).unwrap();
+                assert!(
+                    bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+                    "{}",
+                    file.display()
+                );
+            }
+        }
+    }
 }

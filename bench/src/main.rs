@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
 fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
     let mut notes = vec![
         format!(
-            "Components: the `volmig` release binary as a child process; the govmomi vCenter \
+            "Components: the `volmig` binary as a child process; the govmomi vCenter \
              simulator (`tests/support/vcsim`) as a child process over HTTPS; the Kubernetes \
              API test server (`tests/support/apiserver`) inside the benchmark process on its \
              own 2-thread runtime. All of them share the machine's {} cores, so every \

@@ -142,9 +142,8 @@ impl Registrar {
                 })?;
             // Write-ahead right before the create is sent (after waiting for a slot), so
             // its time bounds when the create can have started: a restarted registrar's
-            // in-flight grace counts from here. Refreshed before every create attempt.
-            self.save(path, StatusUpdate::Registering { attempts })
-                .await?;
+            // in-flight grace counts from it. Refreshed before every create attempt.
+            self.write_ahead(path, attempts).await?;
             let created = self.backend.create_volume(&request).await;
             drop(permit);
             match created {
@@ -173,6 +172,31 @@ impl Registrar {
                 }
             }
         }
+    }
+
+    /// Stores `Registering` dated now. A write that took long to land (API retries) is
+    /// made again, so the create always follows its recorded time by well under the grace.
+    async fn write_ahead(&self, path: &VolumePath, attempts: u32) -> Result<(), RegisterError> {
+        let limit = self.config.in_flight_grace / 4;
+        for _ in 0..5 {
+            let since = jiff::Timestamp::now();
+            self.save(path, StatusUpdate::Registering { attempts, since })
+                .await?;
+            let took = Duration::try_from(jiff::Timestamp::now().duration_since(since))
+                .unwrap_or(Duration::MAX);
+            if took <= limit {
+                return Ok(());
+            }
+            warn!(%path, ?took, "the write-ahead took longer than a quarter of the in-flight grace; writing it again");
+        }
+        Err(RegisterError::Store {
+            path: path.clone(),
+            source: super::StoreError {
+                path: path.to_string(),
+                message: "the status writes are too slow to date a create safely".into(),
+                retryable: true,
+            },
+        })
     }
 
     /// Keeps `volume_id` in memory, stores it, and forgets it only once stored.

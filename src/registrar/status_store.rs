@@ -33,6 +33,8 @@ pub enum StatusUpdate {
     Registering {
         /// Attempt number, counting this one.
         attempts: u32,
+        /// When the write-ahead was made; the create is sent only right after it.
+        since: jiff::Timestamp,
     },
     /// The vmdk is registered (created now or adopted).
     Registered {
@@ -134,22 +136,22 @@ impl StatusStore for InMemoryStatusStore {
             });
         }
         let entry = inner.states.entry(path.clone()).or_default();
-        apply(entry, &update, jiff::Timestamp::now());
+        apply(entry, &update);
         inner.history.push((path.clone(), update));
         Ok(())
     }
 }
 
-/// How an update made at `now` changes the stored state.
-pub fn apply(state: &mut StoredState, update: &StatusUpdate, now: jiff::Timestamp) {
+/// How an update changes the stored state.
+pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
     if !matches!(update, StatusUpdate::Registering { .. }) {
         state.registering_since = None;
     }
     match update {
-        StatusUpdate::Registering { attempts } => {
+        StatusUpdate::Registering { attempts, since } => {
             state.phase = Some(Phase::Registering);
             state.attempts = *attempts;
-            state.registering_since = Some(now);
+            state.registering_since = Some(*since);
         }
         StatusUpdate::Registered {
             volume_id,

@@ -152,7 +152,13 @@ async fn cancelled_after_create_next_attempt_adopts() {
     // A fresh registrar (a restarted process) over the same store and vCenter.
     let store = Arc::new(InMemoryStatusStore::default());
     store
-        .save(&p, StatusUpdate::Registering { attempts: 1 })
+        .save(
+            &p,
+            StatusUpdate::Registering {
+                attempts: 1,
+                since: jiff::Timestamp::now(),
+            },
+        )
         .await
         .unwrap();
     let restarted = Registrar::new(backend.clone(), store.clone(), config());
@@ -206,7 +212,13 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     f.backend.add_disk(&p);
     // A process wrote ahead and sent a create, then died; vCenter finishes it 2 s later.
     f.store
-        .save(&p, StatusUpdate::Registering { attempts: 1 })
+        .save(
+            &p,
+            StatusUpdate::Registering {
+                attempts: 1,
+                since: jiff::Timestamp::now(),
+            },
+        )
         .await
         .unwrap();
     f.backend.set_latency(op::CREATE, Duration::from_secs(2));

@@ -1,0 +1,166 @@
+//! Smoke run of `volmig-bench` at tiny sizes (one run per figure): the real `volmig`
+//! binary, the vCenter simulator and the API test server, every scenario, into a temp
+//! directory. Checks that the three kinds of output exist and parse, and that the figures
+//! that do not depend on timing hold (no writes in a steady pass, every volume counted).
+//! Speed is not asserted here: that is what `make bench` measures.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Builds the `volmig` binary next to this test's `volmig-bench` (same profile).
+fn volmig_binary() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_volmig-bench"));
+    let dir = bench.parent().expect("binary dir");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace())
+        .args(["build", "--quiet", "--bin", "volmig"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo build --bin volmig");
+    assert!(
+        out.status.success(),
+        "cargo build --bin volmig failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = dir.join("volmig");
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+/// `make -s vcsim` under the lock the other test crates use (make rebuilds only when stale).
+fn vcsim_binary() -> PathBuf {
+    let root = workspace();
+    let target = root.join("target");
+    std::fs::create_dir_all(target.join("vcsim")).expect("target/vcsim");
+    let lock = std::fs::File::create(target.join("vcsim/.build.lock")).expect("lock file");
+    lock.lock().expect("lock");
+    let out = Command::new("make")
+        .args(["-s", "vcsim"])
+        .arg(format!("TARGET_DIR={}", target.display()))
+        .current_dir(&root)
+        .output()
+        .expect("run make vcsim");
+    drop(lock);
+    assert!(
+        out.status.success(),
+        "make vcsim failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("vcsim/vcsim-harness")
+}
+
+fn png_size(path: &Path) -> (u32, u32, bool) {
+    let img = image::open(path)
+        .unwrap_or_else(|e| panic!("{} is not a PNG: {e}", path.display()))
+        .to_rgb8();
+    let drawn = img.pixels().any(|p| p.0 != [255, 255, 255]);
+    (img.width(), img.height(), drawn)
+}
+
+#[test]
+fn smoke_run_writes_results_report_and_charts() {
+    let volmig = volmig_binary();
+    let vcsim = vcsim_binary();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("out");
+    let status = Command::new(env!("CARGO_BIN_EXE_volmig-bench"))
+        .arg("--scale=smoke")
+        .arg("--out")
+        .arg(&out)
+        .arg("--logs")
+        .arg(dir.path().join("logs"))
+        .arg("--volmig")
+        .arg(&volmig)
+        .arg("--vcsim")
+        .arg(&vcsim)
+        .env_remove("BENCH_SCALE")
+        .status()
+        .expect("run volmig-bench");
+    assert!(
+        status.success(),
+        "volmig-bench --scale=smoke failed: {status}"
+    );
+
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    assert_eq!(json["scale"], "smoke");
+    assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
+    let throughput = json["throughput"].as_array().expect("throughput rows");
+    assert_eq!(throughput.len(), 2, "L = 50 ms × C ∈ {{1, 8}}");
+    for t in throughput {
+        assert!(t["volumes_per_second"]["median"].as_f64().unwrap() > 0.0);
+        assert!(t["ideal_per_second"].as_f64().unwrap() > 0.0);
+    }
+    // Every registration writes at least its VolumeMigration and its status.
+    assert!(
+        json["api_cost"]["writes_per_pv"]["median"]
+            .as_f64()
+            .unwrap()
+            >= 2.0
+    );
+    let steady = json["steady"].as_array().expect("steady rows");
+    let modes: Vec<&str> = steady.iter().map(|s| s["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["end-to-end", "in-process"]);
+    for s in steady {
+        assert_eq!(
+            s["api_writes"]["max"], 0.0,
+            "a steady pass writes nothing: {s}"
+        );
+        assert_eq!(s["repairs"]["max"], 0.0, "nothing to repair: {s}");
+        assert!(s["api_lists"]["median"].as_f64().unwrap() >= 1.0);
+    }
+    // 600 in-process volumes span two pages of PVs.
+    assert_eq!(
+        steady[1]["api_lists_by_resource"]["list persistentvolumes"],
+        2.0
+    );
+    let tracked = json["tracked"].as_array().expect("tracked rows");
+    let sizes: Vec<u64> = tracked
+        .iter()
+        .map(|t| t["volumes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [0, 200, 600]);
+    for t in tracked {
+        assert!(t["rss_kib"]["median"].as_f64().unwrap() > 0.0);
+        assert!(t["ready_seconds"]["median"].as_f64().unwrap() > 0.0);
+    }
+    let goals = json["goals"].as_array().expect("goals");
+    assert!(goals.len() >= 8, "{goals:?}");
+
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for heading in [
+        "## Goals",
+        "## Registration throughput",
+        "## API cost per new PV",
+        "## Steady-state full sync",
+        "## Memory and start-up",
+        "(throughput.png)",
+        "(memory.png)",
+    ] {
+        assert!(report.contains(heading), "report.md lacks {heading:?}");
+    }
+    for chart in ["throughput.png", "memory.png"] {
+        let (w, h, drawn) = png_size(&out.join(chart));
+        assert_eq!((w, h), (1000, 620), "{chart}");
+        assert!(drawn, "{chart} is blank");
+    }
+}
