@@ -22,7 +22,15 @@ use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
 
-const CONVERGE: Duration = Duration::from_secs(180);
+/// How long convergence may take (`VOLMIG_E2E_CONVERGE_SECS` shortens it when checking
+/// that a deliberately broken build fails).
+fn converge() -> Duration {
+    let secs = std::env::var("VOLMIG_E2E_CONVERGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(180);
+    Duration::from_secs(secs)
+}
 
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).expect("valid").canonical()
@@ -274,7 +282,7 @@ async fn lost_registrations_are_registered_again() {
 
     let victim = paths.iter().next().unwrap().clone();
     assert!(sim.delete_volume(&before[&victim]).await);
-    let after = wait_for(CONVERGE, "the lost volume registered again", || async {
+    let after = wait_for(converge(), "the lost volume registered again", || async {
         let ids = all_registered_once(&cluster, &sim, &paths).await;
         (ids[&victim] != before[&victim]).then_some(ids)
     })
@@ -336,7 +344,7 @@ async fn planted_duplicates_are_reported() {
             .await;
         planted.insert(id);
     }
-    let vm = wait_for(CONVERGE, "duplicates reported in the status", || async {
+    let vm = wait_for(converge(), "duplicates reported in the status", || async {
         cluster.migration(&target).await.filter(|vm| {
             let dups: BTreeSet<String> = vm
                 .status
@@ -419,7 +427,7 @@ async fn deletion_flows() {
             .unwrap()
     };
     cluster.delete_pv(&format!("pv-{}", n(retained))).await;
-    wait_for(CONVERGE, "unregistered and deleted", || async {
+    wait_for(converge(), "unregistered and deleted", || async {
         let gone = cluster.migration(retained).await.is_none();
         let unregistered = sim.volumes_for(retained).await.is_empty();
         (gone && unregistered).then_some(())
@@ -439,7 +447,7 @@ async fn deletion_flows() {
     );
     daemon.wait_ready().await;
     cluster.delete_pv(&format!("pv-{}", n(kept))).await;
-    wait_for(CONVERGE, "the VolumeMigration deleted", || async {
+    wait_for(converge(), "the VolumeMigration deleted", || async {
         cluster.migration(kept).await.is_none().then_some(())
     })
     .await;

@@ -46,6 +46,10 @@ struct Args {
     /// Repetitions of every figure (default: 3, or 1 at `smoke`).
     #[arg(long)]
     runs: Option<usize>,
+    /// Override the numbers of existing volumes for memory and start-up (comma-separated,
+    /// 0 = idle baseline).
+    #[arg(long, value_delimiter = ',')]
+    tracked_sizes: Vec<usize>,
     /// Run only these scenarios (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Scenario>,
@@ -141,6 +145,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut scale = Scale::of(args.scale);
     if let Some(runs) = args.runs {
         scale.runs = runs.max(1);
+    }
+    if !args.tracked_sizes.is_empty() {
+        scale.tracked_sizes = args.tracked_sizes.clone();
     }
     for (what, path, hint) in [
         ("volmig", &args.volmig, "cargo build --release --bin volmig"),

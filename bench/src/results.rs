@@ -164,6 +164,8 @@ pub struct Tracked {
     pub settle_seconds: Summary,
     /// API writes volmig made during the run (leases excluded; expected 0).
     pub api_writes: Summary,
+    /// Those writes by `verb resource[/subresource]`, summed over the runs.
+    pub api_writes_by_request: BTreeMap<String, f64>,
 }
 
 /// One goal of issue 7 and whether it was met.

@@ -7,9 +7,11 @@
 //! CNS listing. Measured: process start → `/readyz` 200, then the resident memory once the
 //! daemon is idle.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::ensure;
+use kube_testserver::Verb;
 
 use super::{Env, progress};
 use crate::cluster::{self, Cluster, Volume, daemon_writes};
@@ -61,6 +63,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
         let mut peak = Vec::new();
         let mut settle = Vec::new();
         let mut writes = Vec::new();
+        let mut writes_by_request: BTreeMap<String, f64> = BTreeMap::new();
         for r in 0..env.scale.runs {
             cluster.server.reset_stats();
             let mut daemon = Daemon::spawn(
@@ -100,12 +103,18 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
             );
             let stats = cluster.stats();
             let (_, events, other) = daemon_writes(&stats);
+            for (request, n) in cluster::by_verb(&stats, Verb::is_write) {
+                if !request.contains("leases") {
+                    *writes_by_request.entry(request).or_default() += n as f64;
+                }
+            }
             daemon.stop(Duration::from_secs(20)).await;
             progress(format!(
                 "tracked N={size} run {r}: ready in {seconds:.3} s, RSS {:.1} MiB once idle \
-                 ({quiet:.1} s after ready), {} writes",
+                 ({quiet:.1} s after ready), {} writes {:?}",
                 mem.rss_kib as f64 / 1024.0,
-                events + other
+                events + other,
+                cluster::by_verb(&stats, Verb::is_write)
             ));
             ready.push(seconds);
             rss.push(mem.rss_kib as f64);
@@ -132,6 +141,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
             peak_kib: Summary::of(&peak),
             settle_seconds: Summary::of(&settle),
             api_writes: Summary::of(&writes),
+            api_writes_by_request: writes_by_request,
         });
     }
     Ok((
