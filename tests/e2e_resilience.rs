@@ -59,7 +59,7 @@ async fn all_registered_once(
     paths: &BTreeSet<String>,
 ) -> BTreeMap<String, String> {
     wait_for(
-        CONVERGE,
+        converge(),
         "every path Registered with the one CNS volume",
         || async {
             let volumes = sim.volumes().await;
@@ -305,7 +305,7 @@ async fn lost_registrations_are_registered_again() {
         "the simulator forgot everything"
     );
     let again = wait_for(
-        CONVERGE,
+        converge(),
         "every path registered after the restart",
         || async {
             let ids = all_registered_once(&cluster, &sim, &paths).await;
@@ -398,7 +398,7 @@ async fn deletion_flows() {
         .await
         .expect("delete VolumeMigration");
     let back = wait_for(
-        CONVERGE,
+        converge(),
         "the VolumeMigration recreated and Registered",
         || async {
             cluster.migration(by_hand).await.filter(|vm| {
