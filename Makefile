@@ -49,6 +49,8 @@ test: deps test-components fmt-check clippy build
 .PHONY: test-components
 test-components:
 
+# Regenerates the CRD from the Rust types; the chart ships the same file (tests check both).
 .PHONY: crd
 crd:
 	cargo run -q --bin volmig -- crd > crds/volumemigrations.yaml
+	cp crds/volumemigrations.yaml charts/volmig/crds/volumemigrations.yaml
