@@ -292,6 +292,20 @@ impl Registrar {
         }
     }
 
+    /// Waits for a backend slot (concurrency and rate limits), then checks leadership.
+    async fn enter(
+        &self,
+        path: &VolumePath,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, RegisterError> {
+        self.gate
+            .enter()
+            .await
+            .map_err(|source| RegisterError::NotLeader {
+                path: path.clone(),
+                source,
+            })
+    }
+
     /// Runs one backend call under the concurrency/rate limits and the leader check,
     /// retrying transient failures per the retry policy.
     async fn call<T, F, Fut>(&self, path: &VolumePath, mut f: F) -> Result<T, RegisterError>
@@ -302,14 +316,7 @@ impl Registrar {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let permit = self
-                .gate
-                .enter()
-                .await
-                .map_err(|source| RegisterError::NotLeader {
-                    path: path.clone(),
-                    source,
-                })?;
+            let permit = self.enter(path).await?;
             let result = f().await;
             drop(permit);
             match result {

@@ -132,14 +132,7 @@ impl Registrar {
                 }
             }
 
-            let permit = self
-                .gate
-                .enter()
-                .await
-                .map_err(|source| RegisterError::NotLeader {
-                    path: path.clone(),
-                    source,
-                })?;
+            let permit = self.enter(path).await?;
             // Write-ahead right before the create is sent (after waiting for a slot), so
             // its time bounds when the create can have started: a restarted registrar's
             // in-flight grace counts from it. Refreshed before every create attempt.
