@@ -21,16 +21,34 @@ fn demo_prints_the_table_and_no_duplicates() {
         .find(|l| l.starts_with("NAME "))
         .unwrap_or_else(|| panic!("no table in:\n{stdout}"));
     for column in ["PATH", "VOLUME-ID", "PHASE", "PV", "ATTEMPTS", "AGE"] {
-        assert!(table_header.contains(column), "column {column} missing: {table_header}");
+        assert!(
+            table_header.contains(column),
+            "column {column} missing: {table_header}"
+        );
     }
-    let registered = stdout.lines().filter(|l| l.contains(" Registered ")).count();
+    let registered = stdout
+        .lines()
+        .filter(|l| l.contains(" Registered "))
+        .count();
     assert_eq!(registered, 2, "two vmdks registered:\n{stdout}");
-    assert!(stdout.contains("pv-a,pv-b"), "the shared vmdk lists both PVs:\n{stdout}");
-    assert!(stdout.lines().any(|l| l.contains(" Failed ") && l.contains("does-not-exist")));
+    assert!(
+        stdout.contains("pv-a,pv-b"),
+        "the shared vmdk lists both PVs:\n{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains(" Failed ") && l.contains("does-not-exist"))
+    );
     assert!(
         stdout.contains("CNS volumes: 2 for 2 vmdks, duplicates: 0"),
         "simulator count missing:\n{stdout}"
     );
-    assert!(stdout.contains("InvalidVolumePath"), "malformed PV event missing:\n{stdout}");
-    println!("make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0");
+    assert!(
+        stdout.contains("InvalidVolumePath"),
+        "malformed PV event missing:\n{stdout}"
+    );
+    println!(
+        "make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0"
+    );
 }
