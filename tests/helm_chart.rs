@@ -152,6 +152,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--vc-requests-per-second=50",
             "--full-sync-interval=10m",
             "--max-concurrent-registrations=8",
+            "--in-flight-grace=60s",
             "--on-pv-delete=unregister",
             "--leader-election=true",
             "--lease-namespace=volmig",
