@@ -166,6 +166,8 @@ pub async fn register_and_report(
 ) -> std::result::Result<(), RegisterError> {
     let started = Instant::now();
     let (result, warning, event, note) = match ctx.registrar.register(path).await {
+        // Someone else (an earlier reconcile, full sync) already registered and reported it.
+        Ok(registration) if registration.unchanged => return Ok(()),
         Ok(registration) => {
             let result = if registration.adopted {
                 RegistrationResult::Adopted

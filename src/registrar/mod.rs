@@ -124,6 +124,9 @@ pub struct Registration {
     pub volume_id: VolumeId,
     /// True when the ID came from the stored status or an existing CNS volume.
     pub adopted: bool,
+    /// True when the status already held the ID and nothing was done (no backend call,
+    /// no write): callers report nothing new.
+    pub unchanged: bool,
 }
 
 /// Why a registrar operation failed.

@@ -26,6 +26,7 @@ impl Registrar {
             return Ok(Registration {
                 volume_id,
                 adopted: true,
+                unchanged: false,
             });
         }
         if let Some(state) = &state
@@ -35,6 +36,7 @@ impl Registrar {
             return Ok(Registration {
                 volume_id: volume_id.clone(),
                 adopted: true,
+                unchanged: true,
             });
         }
 
@@ -59,6 +61,7 @@ impl Registrar {
             return Ok(Registration {
                 volume_id: volume_id.clone(),
                 adopted: true,
+                unchanged: true,
             });
         }
         self.register_and_record(path, state).await
@@ -115,6 +118,7 @@ impl Registrar {
                 return Ok(Registration {
                     volume_id,
                     adopted: true,
+                    unchanged: false,
                 });
             }
 
@@ -146,6 +150,7 @@ impl Registrar {
                     return Ok(Registration {
                         volume_id,
                         adopted: false,
+                        unchanged: false,
                     });
                 }
                 // Never retry a create blindly: loop back to the adoption check first.

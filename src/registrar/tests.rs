@@ -55,13 +55,20 @@ async fn sixty_four_concurrent_registers_make_one_create() {
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let (r, p) = (f.registrar.clone(), p.clone());
-            tokio::spawn(async move { r.register(&p).await.unwrap().volume_id })
+            tokio::spawn(async move { r.register(&p).await.unwrap() })
         })
         .collect();
     let mut ids = Vec::new();
+    let mut reported = 0;
     for t in tasks {
-        ids.push(t.await.unwrap());
+        let registration = t.await.unwrap();
+        reported += usize::from(!registration.unchanged);
+        ids.push(registration.volume_id);
     }
+    assert_eq!(
+        reported, 1,
+        "only the caller that registered has news to report"
+    );
     assert_eq!(f.backend.calls(op::CREATE), 1, "exactly one backend create");
     assert!(ids.iter().all(|id| *id == ids[0]), "all callers get one ID");
     assert_eq!(f.store.get(&p).unwrap().volume_id.as_ref(), Some(&ids[0]));
