@@ -76,7 +76,7 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
         .iter()
         .map(|t| t.volumes_per_second.min.min(t.ideal_per_second))
         .fold(f64::INFINITY, f64::min)
-        .clamp(0.1, 1.0)
+        .max(0.01)
         * 0.5;
     let mut builder = ChartBuilder::on(&root);
     builder
@@ -363,6 +363,7 @@ mod tests {
             peak_creates_in_flight: f64::from(concurrency),
             api_writes_per_pv: Summary::of(&[6.0]),
             sim_calls_per_pv: Summary::of(&[4.0]),
+            backend_call_ms: Default::default(),
         };
         let tracked = |volumes: usize, mib: f64| Tracked {
             volumes,

@@ -1,6 +1,7 @@
 //! The real `volmig run` as a child process: start, `/readyz`, `/metrics`, CPU and memory
 //! from `/proc`, SIGTERM.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -260,9 +261,39 @@ pub fn metric_sum(body: &str, name: &str, labels: &str) -> f64 {
         .sum()
 }
 
+/// The samples of `name` keyed by the value of label `label` (samples without it are
+/// skipped), e.g. `volmig_backend_requests_total` by `operation`.
+pub fn metric_by_label(body: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let key = format!("{label}=\"");
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let Some(start) = labels.find(&key) else {
+            continue;
+        };
+        let after = &labels[start + key.len()..];
+        let Some((label_value, _)) = after.split_once('"') else {
+            continue;
+        };
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            *out.entry(label_value.to_owned()).or_default() += v;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::metric_sum;
+    use super::{metric_by_label, metric_sum};
 
     #[test]
     fn sums_matching_samples_only() {
@@ -272,5 +303,9 @@ mod tests {
         assert_eq!(metric_sum(body, "x_total", ""), 5.0);
         assert_eq!(metric_sum(body, "y", ""), 7.0);
         assert_eq!(metric_sum(body, "z", ""), 0.0);
+        let by = metric_by_label(body, "x_total", "result");
+        assert_eq!(by.get("ok"), Some(&3.0));
+        assert_eq!(by.get("error"), Some(&2.0));
+        assert_eq!(by.len(), 2);
     }
 }

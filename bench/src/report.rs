@@ -93,6 +93,21 @@ pub fn render(r: &Results) -> String {
             fmt(&t.sim_calls_per_pv, 2),
         );
     }
+    let _ = writeln!(
+        o,
+        "\nMean backend call duration as volmig timed it (ms; each call holds one of the C \
+         slots):\n"
+    );
+    let _ = writeln!(o, "| L (ms) | C | calls |\n|---|---|---|");
+    for t in &r.throughput {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} |",
+            t.latency_ms,
+            t.concurrency,
+            counts(&t.backend_call_ms, 1)
+        );
+    }
     let _ = writeln!(o, "\n![throughput vs concurrency](throughput.png)\n");
 
     let c = &r.api_cost;
@@ -173,6 +188,17 @@ pub fn render(r: &Results) -> String {
                 o,
                 "  Resident memory of that daemon after the passes: {:.1} MiB.",
                 mib(rss)
+            );
+        }
+        if let Some(secs) = s.setup_register_seconds {
+            let _ = writeln!(
+                o,
+                "  Setting it up, a first daemon registered the {} volumes in {secs:.1} s \
+                 ({:.0} volumes/s at C = 32, no injected latency; mean backend calls in ms: \
+                 {}).",
+                s.volumes,
+                s.volumes as f64 / secs,
+                counts(&s.setup_backend_call_ms, 1)
             );
         }
     }

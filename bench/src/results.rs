@@ -87,6 +87,10 @@ pub struct Throughput {
     pub api_writes_per_pv: Summary,
     /// Simulator SOAP calls per registered PV.
     pub sim_calls_per_pv: Summary,
+    /// Mean duration of volmig's backend calls by operation, ms, as volmig measured them
+    /// (`volmig_backend_request_duration_seconds`; median of runs). Each holds one of the
+    /// C slots.
+    pub backend_call_ms: BTreeMap<String, f64>,
 }
 
 /// API and vCenter cost of one new PV.
@@ -143,6 +147,11 @@ pub struct SteadyPass {
     pub repairs: Summary,
     /// Resident memory of the daemon after the passes (end-to-end only), KiB.
     pub rss_kib_after: Option<f64>,
+    /// End-to-end only: seconds the first daemon took to register the N volumes
+    /// (C = 32, no injected latency), and its mean backend call durations then, ms.
+    pub setup_register_seconds: Option<f64>,
+    /// Mean backend call duration by operation during that registration, ms.
+    pub setup_backend_call_ms: BTreeMap<String, f64>,
 }
 
 /// Memory and start-up of the daemon over a given number of existing volumes.

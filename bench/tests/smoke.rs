@@ -22,27 +22,6 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the `volmig` binary next to this test's `volmig-bench` (same profile).
-fn volmig_binary() -> PathBuf {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_volmig-bench"));
-    let dir = bench.parent().expect("binary dir");
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(workspace())
-        .args(["build", "--quiet", "--bin", "volmig"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("run cargo build --bin volmig");
-    assert!(
-        out.status.success(),
-        "cargo build --bin volmig failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let bin = dir.join("volmig");
-    assert!(bin.is_file(), "{} was not built", bin.display());
-    bin
-}
-
 /// `make -s vcsim` under the lock the other test crates use (make rebuilds only when stale).
 fn vcsim_binary() -> PathBuf {
     let root = workspace();
@@ -76,7 +55,8 @@ fn png_size(path: &Path) -> (u32, u32, bool) {
 
 #[test]
 fn smoke_run_writes_results_report_and_charts() {
-    let volmig = volmig_binary();
+    // volmig's main.rs, built by cargo with this test (see bench/Cargo.toml).
+    let volmig = PathBuf::from(env!("CARGO_BIN_EXE_volmig-bench-daemon"));
     let vcsim = vcsim_binary();
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("out");

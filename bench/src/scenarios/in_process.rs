@@ -263,5 +263,7 @@ pub async fn run(
         backend_calls: median_counts(&calls),
         repairs: Summary::of(&repairs),
         rss_kib_after: None,
+        setup_register_seconds: None,
+        setup_backend_call_ms: BTreeMap::new(),
     })
 }

@@ -20,6 +20,8 @@ pub struct Env {
     pub logs: PathBuf,
     /// Sizes.
     pub scale: Scale,
+    /// How long memory/start-up daemons are kept running once idle (profiling).
+    pub hold: Duration,
 }
 
 /// How often the benchmark polls `/metrics` and `/readyz`.

@@ -160,6 +160,8 @@ pub fn summarize(mode: &str, what: String, volumes: usize, passes: &[Pass]) -> S
         ),
         repairs: of(&|p| p.repairs),
         rss_kib_after: None,
+        setup_register_seconds: None,
+        setup_backend_call_ms: BTreeMap::new(),
     }
 }
 
@@ -199,15 +201,17 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
     first
         .wait_metric(
             "volmig_registrations_total",
-            "",
+            "result=\"created\"",
             n as f64,
             Duration::from_millis(200),
             Duration::from_secs(120) + Duration::from_millis(n as u64 * 100),
         )
         .await?;
+    let register_seconds = started.elapsed().as_secs_f64();
+    let setup_ms = super::throughput::backend_call_ms(&first).await;
     progress(format!(
-        "steady: {n} volumes registered in {:.1} s (C = 32, no injected latency)",
-        started.elapsed().as_secs_f64()
+        "steady: {n} volumes registered in {register_seconds:.1} s (C = 32, no injected \
+         latency); mean backend calls (ms): {setup_ms:?}"
     ));
     first.stop(Duration::from_secs(20)).await;
 
@@ -273,5 +277,7 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
         &passes,
     );
     row.rss_kib_after = Some(rss);
+    row.setup_register_seconds = Some(register_seconds);
+    row.setup_backend_call_ms = setup_ms;
     Ok(row)
 }

@@ -1,8 +1,9 @@
 //! Registration throughput and the API cost of a new PV: a fresh simulator (N vmdks,
 //! `CnsCreateVolume` delayed by L), a fresh API server and `volmig run` with
 //! `--max-concurrent-registrations C`; the clock runs from the first PV create to the
-//! moment `volmig_registrations_total` reaches N, and every VolumeMigration is then checked
-//! to be Registered.
+//! moment `volmig_registrations_total{result="created"}` reaches N (each vmdk is new, and
+//! the counter moves only after the ID is stored in the status), and every VolumeMigration
+//! is then checked to be Registered.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use kube_testserver::Verb;
 
 use super::{Env, POLL, progress};
 use crate::cluster::{self, Cluster, daemon_writes};
-use crate::daemon::{Daemon, VCenter};
+use crate::daemon::{Daemon, VCenter, metric_by_label};
 use crate::results::{ApiCost, Summary, Throughput, median_counts};
 use crate::sim::{Sim, SimOptions};
 
@@ -27,6 +28,7 @@ struct Run {
     reads_by_request: BTreeMap<String, f64>,
     sim_calls: BTreeMap<String, f64>,
     peak_creates: f64,
+    backend_ms: BTreeMap<String, f64>,
 }
 
 /// Runs every (L, C) configuration `runs` times. The API cost comes from the runs at
@@ -73,6 +75,12 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                 .median,
                 api_writes_per_pv: Summary::of(&runs.iter().map(|r| r.writes).collect::<Vec<_>>()),
                 sim_calls_per_pv: Summary::of(&sim_per_pv),
+                backend_call_ms: median_counts(
+                    &runs
+                        .iter()
+                        .map(|r| r.backend_ms.clone())
+                        .collect::<Vec<_>>(),
+                ),
             });
             if c == 8 && latency == cost_latency {
                 cost_runs = runs;
@@ -109,6 +117,24 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
         ),
     };
     Ok((points, cost))
+}
+
+/// Mean duration of each backend operation so far, ms, from the daemon's histogram.
+pub async fn backend_call_ms(daemon: &Daemon) -> BTreeMap<String, f64> {
+    let metrics = daemon
+        .get("/metrics")
+        .await
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let name = "volmig_backend_request_duration_seconds";
+    let sums = metric_by_label(&metrics, &format!("{name}_sum"), "operation");
+    let counts = metric_by_label(&metrics, &format!("{name}_count"), "operation");
+    sums.iter()
+        .filter_map(|(op, sum)| {
+            let n = counts.get(op).copied().filter(|n| *n > 0.0)?;
+            Some((op.clone(), sum / n * 1000.0))
+        })
+        .collect()
 }
 
 async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Result<Run> {
@@ -153,7 +179,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
     daemon
         .wait_metric(
             "volmig_registrations_total",
-            "",
+            "result=\"created\"",
             n as f64,
             POLL,
             expected + Duration::from_secs(60),
@@ -177,6 +203,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         .metric("volmig_registrations_total", "result=\"created\"")
         .await
         .unwrap_or(0.0);
+    let backend_ms = backend_call_ms(&daemon).await;
     let (registered, all) = cluster.registered_count().await?;
     ensure!(
         created as usize == n && registered == n && all == n,
@@ -211,6 +238,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
             .iter()
             .map(|(k, v)| (k.clone(), *v as f64 / per_pv))
             .collect(),
+        backend_ms,
         peak_creates: sim_stats
             .max_in_flight
             .get("CnsCreateVolume")

@@ -96,6 +96,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
                 .await?
                 .as_secs_f64();
             let mem = daemon.memory()?;
+            tokio::time::sleep(env.hold).await;
             let tracked = daemon.metric("volmig_pvs_tracked", "").await.unwrap_or(0.0);
             ensure!(
                 tracked as usize == size,
