@@ -113,8 +113,8 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
             .to_string(),
         "The in-process pass uses a benchmark-side in-memory backend that holds the CNS \
          volumes with UUID-shaped IDs and lists them in pages of 500 like volmig's \
-         `InMemoryBackend`; that one cannot be filled with 100,000 volumes quickly (each \
-         create scans every volume) and hands out short `mem-N` IDs."
+         `InMemoryBackend`; that one fills in quadratic time (each create scans every \
+         volume to count the path's registrations) and hands out short `mem-N` IDs."
             .to_string(),
     ];
     if scale.serial_volumes != scale.throughput_volumes {

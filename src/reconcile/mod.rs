@@ -74,6 +74,11 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
         // Followers stay idle; a new leader re-runs every object.
         return Ok(Action::await_change());
     }
+    if !ctx.index.is_synced() {
+        // Until every PV is indexed a PV list would be incomplete: deciding now would
+        // write a wrong list and then the right one.
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     let name = vm.metadata.name.clone().unwrap_or_default();
     let pvs = VolumePath::parse(&vm.spec.volume_path)
         .map(|p| ctx.index.pvs_for(&p))
