@@ -39,6 +39,15 @@ fn fixture(config: RegistrarConfig) -> Fixture {
     }
 }
 
+/// Stores a `Registering` write-ahead dated now, as a process that then died left it.
+async fn write_ahead_now(store: &InMemoryStatusStore, p: &VolumePath) {
+    let update = StatusUpdate::Registering {
+        attempts: 1,
+        since: jiff::Timestamp::now(),
+    };
+    store.save(p, update).await.unwrap();
+}
+
 fn config() -> RegistrarConfig {
     RegistrarConfig::new("cluster-1")
         .with_rate_limit(None)
@@ -158,16 +167,7 @@ async fn cancelled_after_create_next_attempt_adopts() {
 
     // A fresh registrar (a restarted process) over the same store and vCenter.
     let store = Arc::new(InMemoryStatusStore::default());
-    store
-        .save(
-            &p,
-            StatusUpdate::Registering {
-                attempts: 1,
-                since: jiff::Timestamp::now(),
-            },
-        )
-        .await
-        .unwrap();
+    write_ahead_now(&store, &p).await;
     let restarted = Registrar::new(backend.clone(), store.clone(), config());
     let reg = restarted.register(&p).await.unwrap();
     assert!(reg.adopted);
@@ -218,16 +218,7 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     let p = path(13);
     f.backend.add_disk(&p);
     // A process wrote ahead and sent a create, then died; vCenter finishes it 2 s later.
-    f.store
-        .save(
-            &p,
-            StatusUpdate::Registering {
-                attempts: 1,
-                since: jiff::Timestamp::now(),
-            },
-        )
-        .await
-        .unwrap();
+    write_ahead_now(&f.store, &p).await;
     f.backend.set_latency(op::CREATE, Duration::from_secs(2));
     let ghost = {
         let (backend, request) = (f.backend.clone(), create_request(&config(), &p));
