@@ -30,6 +30,7 @@ pub const FIELD_MANAGER: &str = "volmig";
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"PV","type":"string","jsonPath":".status.persistentVolumes[*]"}"#,
     printcolumn = r#"{"name":"Attempts","type":"integer","jsonPath":".status.attempts"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.lastError.reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -76,7 +77,13 @@ impl Phase {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastError {
-    /// Machine-readable reason, e.g. `DiskNotFound`, `InvalidPath`, `BackendError`.
+    /// Machine-readable reason: `InvalidPath` (fix the PV's volumePath), `DiskNotFound`
+    /// (the vmdk does not exist), `InvalidLogin` (vCenter rejected the credentials),
+    /// `NotAuthenticated` (the session could not be renewed), `BackendRejected` (vCenter
+    /// refused the call, e.g. permission), `BackendUnavailable` (vCenter unreachable or
+    /// failing; retried), `CreateOutcomeUnknown` (a create may still run in vCenter;
+    /// volmig waits for it before creating again), `NameCollision` (this object's name
+    /// belongs to another path's hash; see docs/design.md).
     pub reason: String,
     /// Human-readable detail.
     pub message: String,
@@ -119,6 +126,11 @@ pub struct VolumeMigrationStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub duplicate_volume_ids: Option<Vec<String>>,
+    /// Token of the `Registering` write-ahead: while the phase is `Registering`, a CNS
+    /// create under this token may be in flight; volmig waits out its grace before
+    /// creating again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registering_token: Option<String>,
     /// The metadata.generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -154,7 +166,15 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Path", "Volume-ID", "Phase", "PV", "Attempts", "Age"]
+            [
+                "Path",
+                "Volume-ID",
+                "Phase",
+                "PV",
+                "Attempts",
+                "Reason",
+                "Age"
+            ]
         );
         let spec_schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec_schema["required"][0], "volumePath");

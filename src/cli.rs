@@ -45,6 +45,29 @@ pub enum OnPvDelete {
     Keep,
 }
 
+impl From<OnPvDelete> for crate::controller::PvDeletePolicy {
+    fn from(value: OnPvDelete) -> Self {
+        match value {
+            OnPvDelete::Unregister => Self::Unregister,
+            OnPvDelete::Keep => Self::Keep,
+        }
+    }
+}
+
+impl RunArgs {
+    /// The in-flight grace in force: the flag, but never less than a create can take
+    /// (request timeout + task timeout, DESIGN.md §4.10). The bool is true when the flag
+    /// was raised.
+    pub fn effective_in_flight_grace(&self) -> (Duration, bool) {
+        let floor = self.vc_request_timeout.saturating_add(self.vc_task_timeout);
+        match self.in_flight_grace {
+            Some(grace) if grace < floor => (floor, true),
+            Some(grace) => (grace, false),
+            None => (floor, false),
+        }
+    }
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -99,10 +122,20 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_VC_REQUESTS_PER_SECOND", default_value_t = 50.0)]
     pub vc_requests_per_second: f64,
 
-    /// How long a create started by a replica that died may still complete in vCenter;
-    /// a path left in Registering is re-checked after this before it is created again.
-    #[arg(long, env = "VOLMIG_IN_FLIGHT_GRACE", default_value = "60s", value_parser = parse_duration)]
-    pub in_flight_grace: Duration,
+    /// How long a create may still complete in vCenter after it was sent (or after its
+    /// Registering marker was first seen); a path in Registering is only looked at, never
+    /// created again, during it. Never less than request timeout + task timeout (the
+    /// default); a smaller value is raised to that with a warning.
+    #[arg(long, env = "VOLMIG_IN_FLIGHT_GRACE", value_parser = parse_duration)]
+    pub in_flight_grace: Option<Duration>,
+
+    /// Timeout of one HTTP request to vCenter.
+    #[arg(long, env = "VOLMIG_VC_REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub vc_request_timeout: Duration,
+
+    /// How long volmig waits for a vCenter task (e.g. a CNS create) to finish.
+    #[arg(long, env = "VOLMIG_VC_TASK_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub vc_task_timeout: Duration,
 
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
@@ -232,6 +265,38 @@ mod tests {
         assert_eq!(args.http_addr.to_string(), "0.0.0.0:8080");
         assert_eq!(args.log_format, LogFormat::Text);
         assert!(!args.vc_insecure);
+        assert_eq!(
+            args.effective_in_flight_grace(),
+            (Duration::from_secs(660), false),
+            "the grace covers the default request and task timeouts"
+        );
+    }
+
+    #[test]
+    fn in_flight_grace_never_falls_below_the_longest_create() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "volmig",
+                "run",
+                "--vc-url",
+                "https://vc/sdk",
+                "--cluster-id",
+                "c",
+            ];
+            argv.extend_from_slice(extra);
+            let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+                panic!("not run")
+            };
+            args.effective_in_flight_grace()
+        };
+        let short = ["--vc-request-timeout", "2s", "--vc-task-timeout", "3s"];
+        assert_eq!(parse(&short), (Duration::from_secs(5), false));
+        let mut raised = short.to_vec();
+        raised.extend(["--in-flight-grace", "1s"]);
+        assert_eq!(parse(&raised), (Duration::from_secs(5), true));
+        let mut longer = short.to_vec();
+        longer.extend(["--in-flight-grace", "1m"]);
+        assert_eq!(parse(&longer), (Duration::from_secs(60), false));
     }
 
     #[test]

@@ -1,27 +1,60 @@
 //! volmig registers every in-tree vSphere vmdk as a CNS volume exactly once and publishes
 //! the vmdk → volume-ID mapping in the status of a `VolumeMigration` custom resource.
 //!
-//! The crate is organised by concept: [`volume_path`] (the in-tree path and the names
-//! derived from it), [`api`] (the custom resource), [`backend`] (vCenter behind one trait),
-//! and [`registrar`] (the one place that registers).
+//! The crate is layered by role (docs/design.md is the contract):
+//! - domain: [`volume_path`] (the in-tree path and the names derived from it), [`api`]
+//!   (the custom resource);
+//! - [`registrar`]: the one place that registers, behind two seams — [`backend`] (vCenter)
+//!   and [`registrar::StatusStore`] (where the mapping is recorded);
+//! - [`controller`]: PV watcher and index, reconciler, full sync;
+//! - [`k8s`]: Kubernetes adapters (the one status writer, VolumeMigration objects, Events,
+//!   clients);
+//! - infrastructure: [`leader`] (Lease election), [`http`] and [`metrics`], [`backoff`],
+//!   [`credentials`];
+//! - entry points: [`cli`], [`daemon`] (`volmig run`), [`lookup`].
 
 pub mod api;
 pub mod backend;
+pub mod backoff;
 pub mod cli;
+pub mod controller;
 pub mod credentials;
 pub mod daemon;
-pub mod events;
-pub mod full_sync;
 pub mod http;
+pub mod k8s;
 pub mod leader;
 pub mod lookup;
 pub mod metrics;
-pub mod migrations;
-pub mod pv_index;
-pub mod pv_watcher;
-pub mod reconcile;
 pub mod registrar;
-pub mod status;
 pub mod volume_path;
 
 pub use volume_path::{PathError, VolumePath};
+
+/// An error and its causes on one line (`outer: cause: root cause`), for logs and status
+/// messages: each error's own message names only what it adds.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer on object x")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_prints_each_cause_once() {
+        let e = Outer(std::io::Error::other("disk on fire"));
+        assert_eq!(super::error_chain(&e), "outer on object x: disk on fire");
+    }
+}

@@ -62,6 +62,13 @@ struct Inner {
     backend_duration: HistogramFamily<OperationLabels>,
     leader: Gauge,
     pvs_tracked: Gauge,
+    name_collisions: Counter,
+    reconcile_failures: Family<ReasonLabels, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
 }
 
 /// All of volmig's metrics behind one cloneable handle.
@@ -95,6 +102,8 @@ impl Metrics {
             backend_duration: Family::new_with_constructor(backend_histogram),
             leader: Gauge::default(),
             pvs_tracked: Gauge::default(),
+            name_collisions: Counter::default(),
+            reconcile_failures: Family::default(),
         };
         // Create the series now (at zero); the handles are not needed.
         for &result in RegistrationResult::ALL {
@@ -114,6 +123,11 @@ impl Metrics {
         }
         for ok in [true, false] {
             let _ = inner.full_sync_passes.get_or_create_owned(&pass_labels(ok));
+        }
+        for reason in crate::controller::Error::METRIC_LABELS {
+            let _ = inner.reconcile_failures.get_or_create_owned(&ReasonLabels {
+                reason: (*reason).to_owned(),
+            });
         }
         register_all(&mut inner);
         Self {
@@ -286,6 +300,26 @@ impl Metrics {
     pub fn pvs_tracked(&self) -> i64 {
         self.inner.pvs_tracked.get()
     }
+
+    /// Counts an object found under another path's name (DESIGN.md §2).
+    pub fn name_collision(&self) {
+        self.inner.name_collisions.inc();
+    }
+
+    /// Name collisions seen so far.
+    pub fn name_collisions(&self) -> u64 {
+        self.inner.name_collisions.get()
+    }
+
+    /// Counts a failed reconciliation by the action that failed.
+    pub fn reconcile_failure(&self, reason: &str) {
+        self.inner
+            .reconcile_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
 }
 
 fn counter<S>(family: &Family<S, Counter>, labels: &S) -> u64
@@ -359,6 +393,16 @@ fn register_all(m: &mut Inner) {
         "pvs_tracked",
         "In-tree vSphere PersistentVolumes tracked by the PV watcher",
         m.pvs_tracked.clone(),
+    );
+    r.register(
+        "name_collisions",
+        "VolumeMigration objects found under another path's name",
+        m.name_collisions.clone(),
+    );
+    r.register(
+        "reconcile_failures",
+        "Failed reconciliations, by the action that failed",
+        m.reconcile_failures.clone(),
     );
 }
 

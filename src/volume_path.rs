@@ -174,10 +174,10 @@ impl VolumePath {
         hex::encode(Sha256::digest(self.canonical().as_bytes()))
     }
 
-    /// The `VolumeMigration` object name: sanitized stem + `-` + 8 hex chars of the digest.
+    /// The `VolumeMigration` object name: sanitized stem + `-` + 16 hex chars (64 bits) of the digest.
     pub fn object_name(&self) -> String {
         let digest = self.digest_hex();
-        format!("{}-{}", sanitize_stem(self.file_stem()), &digest[..8])
+        format!("{}-{}", sanitize_stem(self.file_stem()), &digest[..16])
     }
 
     /// The deterministic CNS volume name, the idempotency key of a registration.

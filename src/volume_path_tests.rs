@@ -204,7 +204,7 @@ fn object_name_shape() {
     assert!(name.starts_with("my-disk-copy-"), "{name}");
     assert!(is_dns1123_label(&name), "{name}");
     let long = VolumePath::parse(&format!("[ds] {}.vmdk", "x".repeat(300))).unwrap();
-    assert_eq!(long.object_name().len(), 54 + 1 + 8);
+    assert_eq!(long.object_name().len(), 54 + 1 + 16);
     let symbols = VolumePath::parse("[ds] ___.vmdk").unwrap();
     assert!(symbols.object_name().starts_with("volume-"));
     let cns = p.cns_volume_name();

@@ -24,6 +24,9 @@ pub enum Fault {
     Fail(ErrorClass),
     /// Create only: the volume is created, but the caller sees a transient error.
     FailAfterCreate,
+    /// Create only: the caller sees a transient timeout at once, and the volume appears
+    /// only this long afterwards (a vCenter task that outlived its caller).
+    LateCreate(Duration),
 }
 
 #[derive(Default)]
@@ -38,6 +41,43 @@ struct State {
     latency: HashMap<&'static str, Duration>,
     clock: i64,
     max_live_per_path: usize,
+    /// Creates that complete later ([`Fault::LateCreate`]): due time and request.
+    late: Vec<(tokio::time::Instant, CreateVolumeRequest)>,
+}
+
+impl State {
+    /// Registers `request` now and returns the new ID.
+    fn register(&mut self, request: &CreateVolumeRequest) -> VolumeId {
+        self.next_id += 1;
+        self.clock += 1;
+        let id = VolumeId(format!("mem-{:08}", self.next_id));
+        let volume = CnsVolume {
+            id: id.clone(),
+            name: request.name.clone(),
+            backing_path: Some(request.path.clone()),
+            created: jiff::Timestamp::from_second(1_700_000_000 + self.clock).ok(),
+        };
+        self.volumes.insert(id.clone(), volume);
+        let live = self
+            .volumes
+            .values()
+            .filter(|v| v.backing_path.as_ref() == Some(&request.path))
+            .count();
+        self.max_live_per_path = self.max_live_per_path.max(live);
+        id
+    }
+
+    /// Completes the late creates that are due.
+    fn complete_due(&mut self) {
+        let now = tokio::time::Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.late)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.late = later;
+        for (_, request) in due {
+            self.register(&request);
+        }
+    }
 }
 
 /// In-memory stand-in for vCenter + CNS. Safe to share between tasks.
@@ -67,7 +107,14 @@ impl InMemoryBackend {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.complete_due();
+        state
+    }
+
+    /// Late creates ([`Fault::LateCreate`]) not completed yet.
+    pub fn pending_creates(&self) -> usize {
+        self.lock().late.len()
     }
 
     /// Creates a vmdk (so `disk_uuid` finds it).
@@ -231,23 +278,17 @@ impl VolumeBackend for InMemoryBackend {
                     format!("File {} was not found", request.path),
                 ));
             }
-            s.next_id += 1;
-            s.clock += 1;
-            let id = VolumeId(format!("mem-{:08}", s.next_id));
-            let volume = CnsVolume {
-                id: id.clone(),
-                name: request.name.clone(),
-                backing_path: Some(request.path.clone()),
-                created: jiff::Timestamp::from_second(1_700_000_000 + s.clock).ok(),
-            };
-            s.volumes.insert(id.clone(), volume);
-            let live = s
-                .volumes
-                .values()
-                .filter(|v| v.backing_path.as_ref() == Some(&request.path))
-                .count();
-            s.max_live_per_path = s.max_live_per_path.max(live);
-            id
+            if let Some(Fault::LateCreate(after)) = fault {
+                s.late
+                    .push((tokio::time::Instant::now() + after, request.clone()));
+                return Err(BackendError::new(
+                    ErrorClass::Transient,
+                    op::CREATE,
+                    "TaskTimeout",
+                    "the create task did not finish in time; it may still complete",
+                ));
+            }
+            s.register(request)
         };
         if fault == Some(Fault::FailAfterCreate) {
             return Err(BackendError::new(

@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::volume_path::VolumePath;
 
 pub mod cns;
+#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod metered;
 pub mod on_demand;
+pub mod selection;
 
 /// A CNS volume ID (`CnsVolumeId.id`), opaque to volmig.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -116,6 +118,9 @@ impl BackendError {
         }
     }
 }
+
+/// The fault name of rejected credentials (vim25 `InvalidLogin`).
+pub const INVALID_LOGIN_FAULT: &str = "InvalidLogin";
 
 /// Result alias for backend calls.
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;

@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
+use super::PvDeletePolicy;
 use crate::api::{FINALIZER, Phase, VolumeMigration};
-use crate::cli::OnPvDelete;
+use crate::k8s::status::retry_due_in;
 use crate::registrar::reason;
-use crate::status::retry_due_in;
 use crate::volume_path::VolumePath;
+
+/// How soon to look again at an object whose deletion waits for a create in flight.
+pub const DELETION_WAIT: Duration = Duration::from_secs(5);
 
 /// What the reconciler read about one VolumeMigration.
 #[derive(Debug, Clone)]
@@ -18,7 +21,7 @@ pub struct Observed<'a> {
     /// Current time.
     pub now: jiff::Timestamp,
     /// `--on-pv-delete`.
-    pub on_pv_delete: OnPvDelete,
+    pub on_pv_delete: PvDeletePolicy,
 }
 
 /// The main step of a reconciliation.
@@ -30,6 +33,9 @@ pub enum Step {
     RetryAfter(Duration),
     /// The spec path is invalid: record it (once).
     RecordInvalidPath(String),
+    /// The object's name belongs to another path (DESIGN.md §2): report it (once), never
+    /// register or publish anything through it.
+    RecordNameCollision(VolumePath),
     /// The object is being deleted: unregister if asked, then drop the finalizer.
     Finalize {
         /// Unregister the CNS volume first (no PV is left and the policy says so).
@@ -63,7 +69,7 @@ fn has_finalizer(vm: &VolumeMigration) -> bool {
 fn is_permanent_reason(r: &str) -> bool {
     matches!(
         r,
-        reason::DISK_NOT_FOUND | reason::INVALID_PATH | reason::PERMANENT
+        reason::DISK_NOT_FOUND | reason::INVALID_PATH | reason::PERMANENT | reason::INVALID_LOGIN
     )
 }
 
@@ -73,8 +79,24 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
     let status = vm.status.clone().unwrap_or_default();
     let path = VolumePath::parse(&vm.spec.volume_path);
 
+    let collision = path
+        .as_ref()
+        .ok()
+        .filter(|p| vm.metadata.name.as_deref() != Some(p.object_name().as_str()))
+        .cloned();
+
     if vm.metadata.deletion_timestamp.is_some() {
-        let step = if has_finalizer(vm) {
+        let step = if collision.is_some() {
+            // Not volmig's object for this path: let it go without touching CNS.
+            Step::Finalize {
+                unregister: None,
+                recreate: None,
+            }
+        } else if status.phase == Some(Phase::Registering) && has_finalizer(vm) {
+            // A create may be in flight: finalizing now would lose its ID (and recreating
+            // would start from an empty status). The registrar resolves it first.
+            Step::RetryAfter(DELETION_WAIT)
+        } else if has_finalizer(vm) {
             let path = path.ok();
             let still_used = !observed.pvs.is_empty();
             let holds_volume = status.volume_id.is_some()
@@ -84,7 +106,9 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
                 );
             Step::Finalize {
                 unregister: path.clone().filter(|_| {
-                    !still_used && holds_volume && observed.on_pv_delete == OnPvDelete::Unregister
+                    !still_used
+                        && holds_volume
+                        && observed.on_pv_delete == PvDeletePolicy::Unregister
                 }),
                 recreate: path.filter(|_| still_used),
             }
@@ -95,6 +119,22 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
             add_finalizer: false,
             set_pvs: None,
             step,
+        };
+    }
+
+    if let Some(path) = collision {
+        let recorded = status
+            .last_error
+            .as_ref()
+            .is_some_and(|l| l.reason == reason::NAME_COLLISION);
+        return Plan {
+            add_finalizer: false,
+            set_pvs: None,
+            step: if recorded {
+                Step::Idle
+            } else {
+                Step::RecordNameCollision(path)
+            },
         };
     }
 

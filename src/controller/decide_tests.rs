@@ -9,8 +9,9 @@ fn now() -> jiff::Timestamp {
 }
 
 fn vm(status: VolumeMigrationStatus, finalizer: bool, deleting: bool) -> VolumeMigration {
+    let name = VolumePath::parse(PATH).unwrap().object_name();
     let mut vm = VolumeMigration::new(
-        "disk-12345678",
+        &name,
         VolumeMigrationSpec {
             volume_path: PATH.into(),
             storage_policy_name: None,
@@ -49,7 +50,7 @@ fn failed(reason: &str, next: Option<&str>) -> VolumeMigrationStatus {
     }
 }
 
-fn plan(vm: &VolumeMigration, pvs: &[&str], policy: OnPvDelete) -> Plan {
+fn plan(vm: &VolumeMigration, pvs: &[&str], policy: PvDeletePolicy) -> Plan {
     let pvs: Vec<String> = pvs.iter().map(|s| s.to_string()).collect();
     decide(&Observed {
         migration: vm,
@@ -68,7 +69,7 @@ fn new_object_gets_finalizer_pvs_and_registration() {
     let p = plan(
         &vm(status(None, None, &[]), false, false),
         &["pv-1"],
-        OnPvDelete::Unregister,
+        PvDeletePolicy::Unregister,
     );
     assert!(p.add_finalizer);
     assert_eq!(p.set_pvs, Some(vec!["pv-1".to_string()]));
@@ -78,7 +79,7 @@ fn new_object_gets_finalizer_pvs_and_registration() {
 #[test]
 fn registered_and_in_sync_is_idle_with_no_writes() {
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
-    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(
         p,
         Plan {
@@ -92,7 +93,7 @@ fn registered_and_in_sync_is_idle_with_no_writes() {
 #[test]
 fn registered_without_id_registers_again() {
     let s = status(Some(Phase::Registered), None, &["pv-1"]);
-    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(p.step, Step::Register(path()));
 }
 
@@ -105,7 +106,7 @@ fn every_unfinished_phase_registers() {
         Some(Phase::Unregistering),
     ] {
         let s = status(phase, None, &["pv-1"]);
-        let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+        let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
         assert_eq!(p.step, Step::Register(path()), "{phase:?}");
         assert_eq!(p.set_pvs, None);
     }
@@ -117,7 +118,7 @@ fn pv_list_change_is_written() {
     let p = plan(
         &vm(s, true, false),
         &["pv-1", "pv-2"],
-        OnPvDelete::Unregister,
+        PvDeletePolicy::Unregister,
     );
     assert_eq!(
         p.set_pvs,
@@ -125,7 +126,7 @@ fn pv_list_change_is_written() {
     );
     assert_eq!(p.step, Step::Idle);
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
-    let p = plan(&vm(s, true, false), &[], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &[], PvDeletePolicy::Unregister);
     assert_eq!(p.set_pvs, Some(vec![]));
     assert_eq!(p.step, Step::Idle, "unused paths are left to full sync");
 }
@@ -135,7 +136,7 @@ fn unused_path_is_not_registered() {
     let p = plan(
         &vm(status(None, None, &[]), true, false),
         &[],
-        OnPvDelete::Unregister,
+        PvDeletePolicy::Unregister,
     );
     assert_eq!(p.step, Step::Idle);
     assert_eq!(p.set_pvs, None);
@@ -144,13 +145,13 @@ fn unused_path_is_not_registered() {
 #[test]
 fn failed_transient_waits_until_due_then_registers() {
     let s = failed(reason::TRANSIENT, Some("2026-12-02T10:00:30Z"));
-    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(p.step, Step::RetryAfter(Duration::from_secs(30)));
     let s = failed(reason::TRANSIENT, Some("2026-12-02T09:59:00Z"));
-    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(p.step, Step::Register(path()));
     let s = failed(reason::NOT_AUTHENTICATED, None);
-    let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(p.step, Step::Register(path()));
 }
 
@@ -162,7 +163,7 @@ fn failed_permanent_waits_for_full_sync() {
         reason::INVALID_PATH,
     ] {
         let s = failed(r, None);
-        let p = plan(&vm(s, true, false), &["pv-1"], OnPvDelete::Unregister);
+        let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
         assert_eq!(p.step, Step::Idle, "{r}");
     }
 }
@@ -171,18 +172,18 @@ fn failed_permanent_waits_for_full_sync() {
 fn invalid_spec_path_is_recorded_once() {
     let mut v = vm(status(None, None, &[]), true, false);
     v.spec.volume_path = "no-brackets.vmdk".into();
-    let p = plan(&v, &[], OnPvDelete::Unregister);
+    let p = plan(&v, &[], PvDeletePolicy::Unregister);
     assert!(matches!(p.step, Step::RecordInvalidPath(ref m) if m.contains("datastore")));
     v.status = Some(failed(reason::INVALID_PATH, None));
     v.status.as_mut().unwrap().persistent_volumes = None;
-    let p = plan(&v, &[], OnPvDelete::Unregister);
+    let p = plan(&v, &[], PvDeletePolicy::Unregister);
     assert_eq!(p.step, Step::Idle);
 }
 
 #[test]
 fn deletion_without_pvs_unregisters_per_policy() {
     let s = status(Some(Phase::Registered), Some("v1"), &[]);
-    let p = plan(&vm(s.clone(), true, true), &[], OnPvDelete::Unregister);
+    let p = plan(&vm(s.clone(), true, true), &[], PvDeletePolicy::Unregister);
     assert_eq!(
         p.step,
         Step::Finalize {
@@ -190,7 +191,7 @@ fn deletion_without_pvs_unregisters_per_policy() {
             recreate: None
         }
     );
-    let p = plan(&vm(s, true, true), &[], OnPvDelete::Keep);
+    let p = plan(&vm(s, true, true), &[], PvDeletePolicy::Keep);
     assert_eq!(
         p.step,
         Step::Finalize {
@@ -203,7 +204,7 @@ fn deletion_without_pvs_unregisters_per_policy() {
 #[test]
 fn deletion_by_hand_while_used_keeps_volume_and_recreates() {
     let s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
-    let p = plan(&vm(s, true, true), &["pv-1"], OnPvDelete::Unregister);
+    let p = plan(&vm(s, true, true), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(
         p.step,
         Step::Finalize {
@@ -219,7 +220,7 @@ fn deletion_of_never_registered_object_just_releases() {
     let p = plan(
         &vm(status(None, None, &[]), true, true),
         &[],
-        OnPvDelete::Unregister,
+        PvDeletePolicy::Unregister,
     );
     assert_eq!(
         p.step,
@@ -231,7 +232,40 @@ fn deletion_of_never_registered_object_just_releases() {
     let p = plan(
         &vm(status(None, None, &[]), false, true),
         &[],
-        OnPvDelete::Unregister,
+        PvDeletePolicy::Unregister,
     );
     assert_eq!(p.step, Step::Idle, "not ours to finalize");
+}
+
+#[test]
+fn deletion_waits_while_a_create_may_be_in_flight() {
+    let s = status(Some(Phase::Registering), None, &["pv-1"]);
+    for pvs in [&["pv-1"][..], &[]] {
+        let p = plan(&vm(s.clone(), true, true), pvs, PvDeletePolicy::Unregister);
+        assert_eq!(p.step, Step::RetryAfter(DELETION_WAIT), "pvs {pvs:?}");
+    }
+}
+
+#[test]
+fn an_object_named_after_another_path_is_a_collision_recorded_once() {
+    let s = status(Some(Phase::Registered), Some("v-other"), &[]);
+    let mut squatter = vm(s, true, false);
+    squatter.metadata.name = Some("disk-0000000000000000".into());
+    let p = plan(&squatter, &["pv-1"], PvDeletePolicy::Unregister);
+    assert_eq!(p.step, Step::RecordNameCollision(path()));
+    assert_eq!(p.set_pvs, None, "nothing is written for the other path");
+    assert!(!p.add_finalizer);
+    squatter.status = Some(failed(reason::NAME_COLLISION, None));
+    let p = plan(&squatter, &["pv-1"], PvDeletePolicy::Unregister);
+    assert_eq!(p.step, Step::Idle);
+    squatter.metadata.deletion_timestamp = Some(Time(now()));
+    let p = plan(&squatter, &[], PvDeletePolicy::Unregister);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: None,
+            recreate: None
+        },
+        "released without touching CNS"
+    );
 }

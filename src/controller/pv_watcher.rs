@@ -15,11 +15,11 @@ use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::Context;
+use super::pv_index::{IndexChange, pv_volume};
 use crate::api::VolumeMigration;
-use crate::events::reason as event_reason;
-use crate::migrations::ensure_migration;
-use crate::pv_index::{IndexChange, pv_volume};
-use crate::reconcile::Context;
+use crate::k8s::events::{EventType, reason as event_reason};
+use crate::k8s::migrations::{EnsureError, ensure_migration, tracks};
 use crate::volume_path::VolumePath;
 
 /// The PV watcher of one replica.
@@ -58,7 +58,7 @@ impl PvWatcher {
                 Some(Ok(Event::InitDone)) => {
                     let keep = relist.take().unwrap_or_default();
                     for path in self.ctx.index.retain(&keep) {
-                        self.touch(&path);
+                        self.trigger_reconcile(&path);
                     }
                     if !self.ctx.index.is_synced() {
                         info!(tracked = self.ctx.index.len(), "PV cache synced");
@@ -71,7 +71,7 @@ impl PvWatcher {
                     if let Some(name) = &pv.metadata.name {
                         let change = self.ctx.index.remove(name);
                         for path in &change.touched {
-                            self.touch(path);
+                            self.trigger_reconcile(path);
                         }
                         self.ctx.metrics.set_pvs_tracked(self.ctx.index.len());
                     }
@@ -86,7 +86,7 @@ impl PvWatcher {
         };
         let change: IndexChange = self.ctx.index.upsert(name, pv_volume(pv));
         for path in &change.touched {
-            self.touch(path);
+            self.trigger_reconcile(path);
         }
         if !self.ctx.leader.is_open() {
             return;
@@ -98,16 +98,24 @@ impl PvWatcher {
         }
         for path in &change.touched {
             let cached = self.migrations.get(&ObjectRef::new(&path.object_name()));
-            if cached.is_none()
-                && !self.ctx.index.pvs_for(path).is_empty()
-                && let Err(e) = ensure_migration(&self.ctx.migrations, path).await
+            if cached.as_deref().is_some_and(|vm| tracks(vm, path))
+                || self.ctx.index.pvs_for(path).is_empty()
             {
-                warn!(%path, pv = name, error = %e, "could not create the VolumeMigration; full sync will retry");
+                continue;
+            }
+            match ensure_migration(&self.ctx.migrations, path).await {
+                Ok(_) => {}
+                Err(e @ EnsureError::NameCollision { .. }) => {
+                    report_name_collision(&self.ctx, name, &e).await;
+                }
+                Err(e) => {
+                    warn!(%path, pv = name, error = %crate::error_chain(&e), "could not create the VolumeMigration; full sync will retry");
+                }
             }
         }
     }
 
-    fn touch(&self, path: &VolumePath) {
+    fn trigger_reconcile(&self, path: &VolumePath) {
         // The receiver lives as long as the controller; a closed channel means shutdown.
         let _ = self
             .trigger
@@ -121,12 +129,27 @@ pub async fn report_invalid_paths(ctx: &Context) {
     for (pv, error) in ctx.index.take_unreported_invalid() {
         warn!(pv, %error, "PV has an invalid vSphere volume path; not migrating it");
         ctx.events
-            .pv(
+            .on_pv(
                 &pv,
-                true,
+                EventType::Warning,
                 event_reason::INVALID_VOLUME_PATH,
                 error.to_string(),
             )
             .await;
     }
+}
+
+/// Reports that the VolumeMigration name of a PV's path is taken by an object tracking
+/// another path: a Warning Event on the PV, a metric and a log line (DESIGN.md §2).
+pub async fn report_name_collision(ctx: &Context, pv: &str, error: &EnsureError) {
+    warn!(pv, error = %error, "name collision: the PV's path cannot be tracked");
+    ctx.metrics.name_collision();
+    ctx.events
+        .on_pv(
+            pv,
+            EventType::Warning,
+            event_reason::NAME_COLLISION,
+            error.to_string(),
+        )
+        .await;
 }

@@ -1,72 +1,29 @@
-//! The VolumeMigration reconciler: read → decide ([`decide`], pure) → act (registrar and
-//! client calls) → record status (through the registrar's store or a status patch).
+//! The VolumeMigration reconciler: read → decide ([`super::decide`], pure) → act (registrar
+//! and client calls) → record status (through the one [`crate::k8s::status::StatusWriter`]).
+//!
+//! Deletion uses custom code rather than kube-runtime's `finalizer` helper: a VolumeMigration
+//! deleted by hand while PVs still use its path must be recreated once it is gone (DESIGN.md
+//! §5), and a deletion must wait while a create may be in flight; the helper has neither.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use super::outcome::register_and_report;
+use super::{Context, Error, Observed, Result, Step, decide};
 use crate::api::{FIELD_MANAGER, FINALIZER, VolumeMigration};
-use crate::cli::OnPvDelete;
-use crate::events::{Events, reason as event_reason};
-use crate::metrics::{Metrics, RegistrationResult};
-use crate::migrations::ensure_migration;
-use crate::pv_index::PvIndex;
-use crate::registrar::{LeaderGate, RegisterError, Registrar, reason};
+use crate::k8s::events::{EventType, reason as event_reason};
+use crate::k8s::migrations::ensure_migration;
+use crate::k8s::status::StatusChange;
+use crate::registrar::RegisterError;
 use crate::volume_path::VolumePath;
 
-pub mod decide;
-
-pub use decide::{Observed, Plan, Step, decide};
-
-/// Why a reconciliation failed (it is retried with backoff).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes call failed.
-    #[error("VolumeMigration {name}: {action}: {source}")]
-    Kube {
-        /// The object.
-        name: String,
-        /// What was being done.
-        action: &'static str,
-        /// The client error.
-        source: kube::Error,
-    },
-    /// Unregistration failed.
-    #[error("VolumeMigration {name}: {source}")]
-    Unregister {
-        /// The object.
-        name: String,
-        /// The registrar error.
-        source: RegisterError,
-    },
-}
-
-/// Result alias of the reconciler.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// What every reconciliation shares.
-pub struct Context {
-    /// VolumeMigrations, cluster-wide.
-    pub migrations: Api<VolumeMigration>,
-    /// The only component that registers.
-    pub registrar: Arc<Registrar>,
-    /// In-tree PVs by path.
-    pub index: Arc<PvIndex>,
-    /// Whether this replica leads.
-    pub leader: LeaderGate,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Event publisher.
-    pub events: Events,
-    /// `--on-pv-delete`.
-    pub on_pv_delete: OnPvDelete,
-    /// Requeue delay after a failed reconciliation.
-    pub error_requeue: Duration,
-}
+/// How soon to look again before the PV index holds every PV.
+const INDEX_WAIT: Duration = Duration::from_millis(500);
 
 /// Reconciles one VolumeMigration.
 pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Action> {
@@ -77,7 +34,7 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     if !ctx.index.is_synced() {
         // Until every PV is indexed a PV list would be incomplete: deciding now would
         // write a wrong list and then the right one.
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Action::requeue(INDEX_WAIT));
     }
     let name = vm.metadata.name.clone().unwrap_or_default();
     let pvs = VolumePath::parse(&vm.spec.volume_path)
@@ -92,10 +49,10 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     debug!(%name, ?plan, "reconcile");
 
     if plan.add_finalizer {
-        set_finalizers(&ctx, &vm, true).await?;
+        set_finalizer(&ctx, &vm, true).await?;
     }
     if let Some(pvs) = &plan.set_pvs {
-        write_pvs(&ctx, &vm, pvs).await?;
+        write_pv_list(&ctx, &vm, pvs).await?;
     }
     match plan.step {
         Step::Idle => Ok(Action::await_change()),
@@ -104,40 +61,16 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
             record_invalid_path(&ctx, &vm, &message).await?;
             Ok(Action::await_change())
         }
+        Step::RecordNameCollision(path) => {
+            record_name_collision(&ctx, &vm, &path).await?;
+            Ok(Action::await_change())
+        }
         Step::Register(path) => Ok(register(&ctx, &vm, &path, &pvs).await),
         Step::Finalize {
             unregister,
             recreate,
         } => {
-            if let Some(path) = unregister {
-                ctx.registrar
-                    .unregister(&path)
-                    .await
-                    .map_err(|source| Error::Unregister {
-                        name: name.clone(),
-                        source,
-                    })?;
-                ctx.events
-                    .migration(
-                        &vm,
-                        false,
-                        event_reason::UNREGISTERED,
-                        format!("CNS registration of {path} removed; the vmdk is kept"),
-                    )
-                    .await;
-            }
-            set_finalizers(&ctx, &vm, false).await?;
-            if let Some(path) = recreate {
-                // Deleted by hand while PVs still use it: bring it back; the registrar
-                // adopts the same CNS volume.
-                ensure_migration(&ctx.migrations, &path)
-                    .await
-                    .map_err(|source| Error::Kube {
-                        name,
-                        action: "recreate",
-                        source,
-                    })?;
-            }
+            finalize(&ctx, &vm, unregister, recreate).await?;
             Ok(Action::await_change())
         }
     }
@@ -153,62 +86,55 @@ async fn register(
         Ok(()) => Action::await_change(),
         Err(RegisterError::NotLeader { .. }) => Action::await_change(),
         Err(error) if error.is_retryable() => {
-            // The status holds nextRetryTime; this requeue is what acts on it.
+            // The status holds nextRetryTime (or the create in flight); this requeue is
+            // what acts on it.
             let attempts = vm.status.as_ref().and_then(|s| s.attempts).unwrap_or(0) + 1;
-            Action::requeue(ctx.registrar.retry_policy().delay(attempts))
+            let wait = error
+                .retry_after()
+                .unwrap_or_else(|| ctx.registrar.retry_policy().delay(attempts));
+            Action::requeue(wait)
         }
         Err(_) => Action::await_change(),
     }
 }
 
-/// Registers `path` for `vm` through the registrar, then records metrics and Events on the
-/// VolumeMigration and its PVs. Shared by the reconciler and full sync.
-pub async fn register_and_report(
+async fn finalize(
     ctx: &Context,
     vm: &VolumeMigration,
-    path: &VolumePath,
-    pvs: &[String],
-) -> std::result::Result<(), RegisterError> {
-    let started = Instant::now();
-    let (result, warning, event, note) = match ctx.registrar.register(path).await {
-        // Someone else (an earlier reconcile, full sync) already registered and reported it.
-        Ok(registration) if registration.unchanged => return Ok(()),
-        Ok(registration) => {
-            let result = if registration.adopted {
-                RegistrationResult::Adopted
-            } else {
-                RegistrationResult::Created
-            };
-            let note = format!("{path} is CNS volume {}", registration.volume_id);
-            (Ok(()), false, event_reason::REGISTERED, (result, note))
-        }
-        Err(error @ RegisterError::NotLeader { .. }) => return Err(error),
-        Err(error) => {
-            let result = match error.reason() {
-                reason::DISK_NOT_FOUND => RegistrationResult::DiskNotFound,
-                reason::INVALID_PATH => RegistrationResult::InvalidPath,
-                _ => RegistrationResult::Failed,
-            };
-            warn!(%path, reason = error.reason(), error = %error, "registration failed");
-            let note = format!("{}: {error}", error.reason());
-            (
-                Err(error),
-                true,
-                event_reason::REGISTRATION_FAILED,
-                (result, note),
+    unregister: Option<VolumePath>,
+    recreate: Option<VolumePath>,
+) -> Result<()> {
+    let name = vm.metadata.name.clone().unwrap_or_default();
+    if let Some(path) = unregister {
+        ctx.registrar
+            .unregister(&path)
+            .await
+            .map_err(|source| Error::Unregister {
+                name: name.clone(),
+                source,
+            })?;
+        ctx.events
+            .on_migration(
+                vm,
+                EventType::Normal,
+                event_reason::UNREGISTERED,
+                format!("CNS registration of {path} removed; the vmdk is kept"),
             )
-        }
-    };
-    let (metric, note) = note;
-    ctx.metrics.registration(metric, started.elapsed());
-    ctx.events.migration(vm, warning, event, note.clone()).await;
-    for pv in pvs {
-        ctx.events.pv(pv, warning, event, note.clone()).await;
+            .await;
     }
-    result
+    set_finalizer(ctx, vm, false).await?;
+    if let Some(path) = recreate {
+        // Deleted by hand while PVs still use it: bring it back; the registrar adopts the
+        // same CNS volume.
+        info!(%path, %name, "VolumeMigration deleted while in use; recreating it");
+        ensure_migration(&ctx.migrations, &path)
+            .await
+            .map_err(Error::Recreate)?;
+    }
+    Ok(())
 }
 
-async fn set_finalizers(ctx: &Context, vm: &VolumeMigration, present: bool) -> Result<()> {
+async fn set_finalizer(ctx: &Context, vm: &VolumeMigration, present: bool) -> Result<()> {
     let name = vm.metadata.name.clone().unwrap_or_default();
     let mut finalizers: Vec<String> = vm.metadata.finalizers.clone().unwrap_or_default();
     finalizers.retain(|f| f != FINALIZER);
@@ -222,54 +148,49 @@ async fn set_finalizers(ctx: &Context, vm: &VolumeMigration, present: bool) -> R
             "resourceVersion": vm.metadata.resource_version,
         }
     });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
     match ctx
         .migrations
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Merge(&patch),
-        )
+        .patch(&name, &params, &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
-        Err(source) => Err(Error::Kube {
-            name,
-            action: if present {
-                "add finalizer"
-            } else {
-                "remove finalizer"
-            },
-            source,
-        }),
+        Err(source) if present => Err(Error::AddFinalizer { name, source }),
+        Err(source) => Err(Error::RemoveFinalizer { name, source }),
     }
 }
 
-async fn write_pvs(ctx: &Context, vm: &VolumeMigration, pvs: &[String]) -> Result<()> {
+/// Writes the PV list, conditional on the version read: a list decided from a stale cache
+/// is never written (and `Pending` never erases a newer phase such as `Registering`).
+async fn write_pv_list(ctx: &Context, vm: &VolumeMigration, pvs: &[String]) -> Result<()> {
     let name = vm.metadata.name.clone().unwrap_or_default();
-    let mut status = json!({
-        "persistentVolumes": pvs,
-        "observedGeneration": vm.metadata.generation,
-    });
-    if vm.status.as_ref().and_then(|s| s.phase).is_none() {
-        status["phase"] = json!("Pending");
-    }
-    patch_status(ctx, &name, json!({ "status": status })).await
+    let change = StatusChange::PersistentVolumes {
+        pvs: pvs.to_vec(),
+        observed_generation: vm.metadata.generation,
+        pending: vm.status.as_ref().and_then(|s| s.phase).is_none(),
+    };
+    ctx.status
+        .write(&name, &change, vm.metadata.resource_version.as_deref())
+        .await?;
+    Ok(())
 }
 
 async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str) -> Result<()> {
     let name = vm.metadata.name.clone().unwrap_or_default();
-    let now = jiff::Timestamp::now();
-    let patch = json!({"status": {
-        "phase": "Failed",
-        "lastError": {"reason": reason::INVALID_PATH, "message": message, "time": now.to_string()},
-        "nextRetryTime": null,
-    }});
-    patch_status(ctx, &name, patch).await?;
+    let change = StatusChange::InvalidPath {
+        message: message.to_owned(),
+    };
+    ctx.status
+        .write(&name, &change, vm.metadata.resource_version.as_deref())
+        .await?;
     ctx.events
-        .migration(
+        .on_migration(
             vm,
-            true,
+            EventType::Warning,
             event_reason::REGISTRATION_FAILED,
             format!("InvalidPath: {message}"),
         )
@@ -277,25 +198,49 @@ async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str)
     Ok(())
 }
 
-/// Merge-patches the status of VolumeMigration `name` under volmig's field manager.
-pub async fn patch_status(ctx: &Context, name: &str, patch: serde_json::Value) -> Result<()> {
-    ctx.migrations
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Merge(&patch),
+async fn record_name_collision(
+    ctx: &Context,
+    vm: &VolumeMigration,
+    path: &VolumePath,
+) -> Result<()> {
+    let name = vm.metadata.name.clone().unwrap_or_default();
+    let message = format!(
+        "this object tracks {path}, whose VolumeMigration is {}; volmig neither registers nor \
+         publishes anything through {name}",
+        path.object_name()
+    );
+    warn!(%name, %path, "name collision");
+    ctx.metrics.name_collision();
+    let change = StatusChange::Registrar(crate::registrar::StatusUpdate::Failed {
+        reason: crate::registrar::reason::NAME_COLLISION.to_owned(),
+        message: message.clone(),
+        attempts: 0,
+        retry_after: None,
+    });
+    ctx.status
+        .write(&name, &change, vm.metadata.resource_version.as_deref())
+        .await?;
+    ctx.events
+        .on_migration(
+            vm,
+            EventType::Warning,
+            event_reason::NAME_COLLISION,
+            message,
         )
-        .await
-        .map(drop)
-        .map_err(|source| Error::Kube {
-            name: name.to_owned(),
-            action: "patch status",
-            source,
-        })
+        .await;
+    Ok(())
 }
 
-/// Requeue policy after a failed reconciliation.
+/// Requeue policy after a failed reconciliation: permanent errors wait for a change,
+/// transient ones back off. Every failure is counted by action.
 pub fn error_policy(vm: Arc<VolumeMigration>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(name = ?vm.metadata.name, %error, "reconcile failed; retrying");
-    Action::requeue(ctx.error_requeue)
+    let name = vm.metadata.name.as_deref().unwrap_or_default();
+    ctx.metrics.reconcile_failure(error.metric_label());
+    if error.is_permanent() {
+        warn!(%name, error = %crate::error_chain(error), "reconcile failed; waiting for a change");
+        Action::await_change()
+    } else {
+        warn!(%name, error = %crate::error_chain(error), "reconcile failed; retrying");
+        Action::requeue(ctx.error_requeue)
+    }
 }

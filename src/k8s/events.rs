@@ -3,7 +3,8 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+pub use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, Recorder, Reporter};
 use tracing::warn;
 
 use crate::api::VolumeMigration;
@@ -22,6 +23,8 @@ pub mod reason {
     pub const RE_REGISTERED: &str = "ReRegistered";
     /// Two or more CNS volumes exist for one disk.
     pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
+    /// The object named after a path tracks another path (DESIGN.md §2).
+    pub const NAME_COLLISION: &str = "NameCollision";
 }
 
 /// Publishes Events as the `volmig` controller.
@@ -42,13 +45,15 @@ impl Events {
         }
     }
 
-    async fn publish(&self, target: &ObjectReference, warning: bool, reason: &str, note: String) {
+    async fn publish(
+        &self,
+        target: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+            type_,
             reason: reason.to_owned(),
             note: Some(note),
             action: reason.to_owned(),
@@ -60,19 +65,24 @@ impl Events {
     }
 
     /// An Event on a VolumeMigration.
-    pub async fn migration(&self, vm: &VolumeMigration, warning: bool, reason: &str, note: String) {
-        self.publish(&vm.object_ref(&()), warning, reason, note)
-            .await;
+    pub async fn on_migration(
+        &self,
+        vm: &VolumeMigration,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        self.publish(&vm.object_ref(&()), type_, reason, note).await;
     }
 
     /// An Event on the PersistentVolume `name`.
-    pub async fn pv(&self, name: &str, warning: bool, reason: &str, note: String) {
+    pub async fn on_pv(&self, name: &str, type_: EventType, reason: &str, note: String) {
         let target = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("PersistentVolume".into()),
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        self.publish(&target, warning, reason, note).await;
+        self.publish(&target, type_, reason, note).await;
     }
 }

@@ -31,20 +31,67 @@ pub fn new_migration(path: &VolumePath) -> VolumeMigration {
     }
 }
 
-/// Creates the VolumeMigration of `path` unless it exists. Returns true when created.
-pub async fn ensure_migration(api: &Api<VolumeMigration>, path: &VolumePath) -> kube::Result<bool> {
+/// Why the VolumeMigration of a path could not be ensured.
+#[derive(Debug, thiserror::Error)]
+pub enum EnsureError {
+    /// The API call failed.
+    #[error("creating VolumeMigration {name}")]
+    Kube {
+        /// The object name.
+        name: String,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// An object of that name exists and tracks another path (DESIGN.md §2).
+    #[error("VolumeMigration {name} exists but tracks {found:?}, not {path}")]
+    NameCollision {
+        /// The object name.
+        name: String,
+        /// The path asked for.
+        path: VolumePath,
+        /// The path the existing object tracks.
+        found: String,
+    },
+}
+
+/// Creates the VolumeMigration of `path` unless it exists. Returns true when created. An
+/// existing object counts only when it tracks `path` (a 409 alone proves nothing).
+pub async fn ensure_migration(
+    api: &Api<VolumeMigration>,
+    path: &VolumePath,
+) -> Result<bool, EnsureError> {
+    let name = path.object_name();
+    let kube_error = |source| EnsureError::Kube {
+        name: name.clone(),
+        source,
+    };
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..Default::default()
     };
     match api.create(&params, &new_migration(path)).await {
         Ok(_) => {
-            info!(%path, name = %path.object_name(), "created VolumeMigration");
+            info!(%path, %name, "created VolumeMigration");
             Ok(true)
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-        Err(e) => Err(e),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let existing = api.get_opt(&name).await.map_err(kube_error)?;
+            match existing {
+                Some(vm) if !tracks(&vm, path) => Err(EnsureError::NameCollision {
+                    name,
+                    path: path.clone(),
+                    found: vm.spec.volume_path,
+                }),
+                _ => Ok(false),
+            }
+        }
+        Err(e) => Err(kube_error(e)),
     }
+}
+
+/// True when `vm` tracks `path` (its spec path canonicalizes to it).
+pub fn tracks(vm: &VolumeMigration, path: &VolumePath) -> bool {
+    VolumePath::parse(&vm.spec.volume_path).is_ok_and(|p| p == *path)
 }
 
 /// Deletes the VolumeMigration `name` (its finalizer then runs the deletion flow).

@@ -1,7 +1,7 @@
-//! The registrar's status store in the cluster: every transition is one JSON merge patch
-//! on `/status` of the path's VolumeMigration, under one field manager.
-
-use std::time::Duration;
+//! The one status writer: every change of a VolumeMigration status — the registrar's
+//! transitions, the PV list, an invalid path, duplicates — is a typed [`StatusChange`],
+//! turned into a JSON merge patch by a pure function and sent by [`StatusWriter::write`],
+//! optionally conditional on a `resourceVersion` (DESIGN.md §4.9).
 
 use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 use crate::api::{FIELD_MANAGER, Phase, VolumeMigration, VolumeMigrationStatus};
 use crate::backend::VolumeId;
-use crate::registrar::{StatusStore, StatusUpdate, StoreError, StoredState};
+use crate::registrar::{
+    StatusStore, StatusUpdate, StoreError, StoreErrorKind, StoredState, Version, reason,
+};
 use crate::volume_path::VolumePath;
 
 /// Condition types written in `status.conditions`.
@@ -21,65 +23,110 @@ pub mod condition {
     pub const READY: &str = "Ready";
 }
 
-/// Stores registrar state in VolumeMigration statuses.
+/// Every change volmig makes to a status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusChange {
+    /// A registrar transition.
+    Registrar(StatusUpdate),
+    /// The PVs that reference the path now (and `Pending` when no phase is set yet).
+    PersistentVolumes {
+        /// PV names, sorted.
+        pvs: Vec<String>,
+        /// The object's `metadata.generation`.
+        observed_generation: Option<i64>,
+        /// Also set phase `Pending`.
+        pending: bool,
+    },
+    /// The spec's path is invalid: `Failed` with reason `InvalidPath`, no retry.
+    InvalidPath {
+        /// Why the path is invalid.
+        message: String,
+    },
+    /// Other CNS volumes found for the same disk.
+    Duplicates {
+        /// Their IDs, sorted.
+        ids: Vec<String>,
+    },
+}
+
+/// What kind of failure a status write met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteErrorKind {
+    /// The `resourceVersion` precondition failed (409).
+    Conflict,
+    /// The object is gone (404).
+    NotFound,
+    /// Timeout, 429 or 5xx: retry.
+    Unavailable,
+    /// Refused for good (4xx: validation, permission).
+    Rejected,
+}
+
+/// A failed status write.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the status of VolumeMigration {name}")]
+pub struct WriteError {
+    /// The object.
+    pub name: String,
+    /// How to react.
+    pub kind: WriteErrorKind,
+    /// The client error.
+    pub source: kube::Error,
+}
+
+/// Classifies a client error.
+pub fn write_error_kind(error: &kube::Error) -> WriteErrorKind {
+    match error {
+        kube::Error::Api(status) if status.code == 409 => WriteErrorKind::Conflict,
+        kube::Error::Api(status) if status.code == 404 => WriteErrorKind::NotFound,
+        kube::Error::Api(status) if status.code == 429 || status.code >= 500 => {
+            WriteErrorKind::Unavailable
+        }
+        kube::Error::Api(_) => WriteErrorKind::Rejected,
+        _ => WriteErrorKind::Unavailable,
+    }
+}
+
+/// Writes VolumeMigration statuses: the only place that patches `/status`.
 #[derive(Clone)]
-pub struct KubeStatusStore {
+pub struct StatusWriter {
     api: Api<VolumeMigration>,
 }
 
-impl KubeStatusStore {
-    /// A store writing through `client`.
+impl StatusWriter {
+    /// A writer through `client`.
     pub fn new(client: kube::Client) -> Self {
         Self {
             api: Api::all(client),
         }
     }
 
-    /// Applies a raw status merge patch to the object of `path` (also used by the
-    /// controller for `persistentVolumes` and duplicates).
-    pub async fn patch_status(&self, path: &VolumePath, patch: Value) -> Result<(), StoreError> {
-        let name = path.object_name();
+    /// Applies `change` to the status of `name` (a merge patch under volmig's field
+    /// manager), only if its `resourceVersion` is still `precondition` when given.
+    /// Returns the new `resourceVersion`.
+    pub async fn write(
+        &self,
+        name: &str,
+        change: &StatusChange,
+        precondition: Option<&str>,
+    ) -> Result<Option<String>, WriteError> {
+        let mut patch = status_patch(change, jiff::Timestamp::now());
+        if let Some(version) = precondition {
+            patch["metadata"] = json!({ "resourceVersion": version });
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
         self.api
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Merge(&patch),
-            )
+            .patch_status(name, &params, &Patch::Merge(&patch))
             .await
-            .map(drop)
-            .map_err(|e| store_error(path, &e))
-    }
-}
-
-/// Classifies a Kubernetes client error for the registrar.
-pub fn store_error(path: &VolumePath, error: &kube::Error) -> StoreError {
-    let retryable = match error {
-        kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
-        _ => true,
-    };
-    StoreError {
-        path: path.to_string(),
-        message: format!("VolumeMigration {}: {error}", path.object_name()),
-        retryable,
-    }
-}
-
-/// Condition reason of the `Registering` write-ahead; its time dates the write-ahead.
-const REGISTERING: &str = "Registering";
-
-/// The state the registrar decides on, read from a status.
-pub fn stored_state(status: &VolumeMigrationStatus) -> StoredState {
-    let registering_since = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == condition::REGISTERED && c.reason == REGISTERING)
-        .map(|c| c.last_transition_time.0);
-    StoredState {
-        phase: status.phase,
-        volume_id: status.volume_id.as_deref().map(VolumeId::from),
-        attempts: status.attempts.unwrap_or(0),
-        registering_since: registering_since.filter(|_| status.phase == Some(Phase::Registering)),
+            .map(|vm| vm.metadata.resource_version)
+            .map_err(|source| WriteError {
+                name: name.to_owned(),
+                kind: write_error_kind(&source),
+                source,
+            })
     }
 }
 
@@ -97,14 +144,44 @@ fn conditions(now: jiff::Timestamp, registered: bool, reason: &str, message: &st
     ])
 }
 
-/// The merge patch of `/status` for one registrar transition (pure; `now` is injected).
-pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
-    let status = match update {
-        StatusUpdate::Registering { attempts, since } => json!({
+/// The merge patch of `/status` for one change (pure; `now` is injected).
+pub fn status_patch(change: &StatusChange, now: jiff::Timestamp) -> Value {
+    let status = match change {
+        StatusChange::Registrar(update) => registrar_status(update, now),
+        StatusChange::PersistentVolumes {
+            pvs,
+            observed_generation,
+            pending,
+        } => {
+            let mut s = json!({
+                "persistentVolumes": pvs,
+                "observedGeneration": observed_generation,
+            });
+            if *pending {
+                s["phase"] = json!(Phase::Pending.as_str());
+            }
+            s
+        }
+        StatusChange::InvalidPath { message } => json!({
+            "phase": "Failed",
+            "lastError": {"reason": reason::INVALID_PATH, "message": message, "time": time(now)},
+            "nextRetryTime": null,
+            "registeringToken": null,
+            "conditions": conditions(now, false, reason::INVALID_PATH, message),
+        }),
+        StatusChange::Duplicates { ids } => json!({ "duplicateVolumeIDs": ids }),
+    };
+    json!({ "status": status })
+}
+
+fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
+    match update {
+        StatusUpdate::Registering { attempts, token } => json!({
             "phase": "Registering",
             "attempts": attempts,
             "nextRetryTime": null,
-            "conditions": conditions(*since, false, REGISTERING, "a CNS create may be in flight"),
+            "registeringToken": token,
+            "conditions": conditions(now, false, "Registering", "a CNS create may be in flight"),
         }),
         StatusUpdate::Registered {
             volume_id,
@@ -119,6 +196,7 @@ pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "attempts": attempts,
                 "lastError": null,
                 "nextRetryTime": null,
+                "registeringToken": null,
                 "registeredTime": time(now),
                 "conditions": conditions(now, true, how, &format!("CNS volume {volume_id}")),
             });
@@ -142,6 +220,7 @@ pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "attempts": attempts,
                 "lastError": {"reason": reason, "message": message, "time": time(now)},
                 "nextRetryTime": next,
+                "registeringToken": null,
                 "conditions": conditions(now, false, reason, message),
             })
         }
@@ -151,147 +230,119 @@ pub fn status_patch(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
             "volumeID": null,
             "diskUUID": null,
             "registeredTime": null,
+            "registeringToken": null,
             "conditions": conditions(now, false, "Unregistered", "CNS registration removed"),
         }),
+    }
+}
+
+/// The state the registrar decides on, read from a status.
+pub fn stored_state(status: &VolumeMigrationStatus, version: Option<String>) -> StoredState {
+    StoredState {
+        phase: status.phase,
+        volume_id: status.volume_id.as_deref().map(VolumeId::from),
+        attempts: status.attempts.unwrap_or(0),
+        marker: status
+            .registering_token
+            .clone()
+            .filter(|_| status.phase == Some(Phase::Registering)),
+        version: version.map(Version),
+    }
+}
+
+/// Checks that `vm` tracks `path` (DESIGN.md §2: object names are derived from paths, so a
+/// different path under the same name is a collision, never the other path's mapping).
+pub fn check_tracks(vm: &VolumeMigration, path: &VolumePath) -> Result<(), StoreError> {
+    match VolumePath::parse(&vm.spec.volume_path) {
+        Ok(found) if found == *path => Ok(()),
+        _ => Err(StoreError::new(
+            path,
+            StoreErrorKind::NameCollision {
+                found: vm.spec.volume_path.clone(),
+            },
+            format!(
+                "VolumeMigration {} tracks {:?}, not {path}",
+                path.object_name(),
+                vm.spec.volume_path
+            ),
+        )),
+    }
+}
+
+/// The registrar's status store in the cluster.
+#[derive(Clone)]
+pub struct KubeStatusStore {
+    api: Api<VolumeMigration>,
+    writer: StatusWriter,
+}
+
+impl KubeStatusStore {
+    /// A store reading and writing through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            api: Api::all(client.clone()),
+            writer: StatusWriter::new(client),
+        }
+    }
+}
+
+fn store_error(path: &VolumePath, error: &kube::Error) -> StoreError {
+    let kind = match write_error_kind(error) {
+        WriteErrorKind::Conflict => StoreErrorKind::Conflict,
+        WriteErrorKind::NotFound => StoreErrorKind::NotFound,
+        WriteErrorKind::Unavailable => StoreErrorKind::Unavailable,
+        WriteErrorKind::Rejected => StoreErrorKind::Rejected,
     };
-    json!({ "status": status })
+    StoreError::new(
+        path,
+        kind,
+        format!("VolumeMigration {}: {error}", path.object_name()),
+    )
 }
 
 #[async_trait]
 impl StatusStore for KubeStatusStore {
     async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, StoreError> {
-        let object = self
+        let Some(vm) = self
             .api
             .get_opt(&path.object_name())
             .await
-            .map_err(|e| store_error(path, &e))?;
-        Ok(object.map(|vm| vm.status.as_ref().map(stored_state).unwrap_or_default()))
+            .map_err(|e| store_error(path, &e))?
+        else {
+            return Ok(None);
+        };
+        check_tracks(&vm, path)?;
+        let version = vm.metadata.resource_version.clone();
+        let status = vm.status.unwrap_or_default();
+        Ok(Some(stored_state(&status, version)))
     }
 
-    async fn save(&self, path: &VolumePath, update: StatusUpdate) -> Result<(), StoreError> {
-        self.patch_status(path, status_patch(&update, jiff::Timestamp::now()))
+    async fn save(
+        &self,
+        path: &VolumePath,
+        update: &StatusUpdate,
+        expect: Option<&Version>,
+    ) -> Result<Version, StoreError> {
+        let change = StatusChange::Registrar(update.clone());
+        let written = self
+            .writer
+            .write(&path.object_name(), &change, expect.map(|v| v.0.as_str()))
             .await
+            .map_err(|e| store_error(path, &e.source))?;
+        Ok(Version(written.unwrap_or_default()))
     }
 }
 
 /// When a failed status should be retried, from its `nextRetryTime`.
-pub fn retry_due_in(status: &VolumeMigrationStatus, now: jiff::Timestamp) -> Option<Duration> {
+pub fn retry_due_in(
+    status: &VolumeMigrationStatus,
+    now: jiff::Timestamp,
+) -> Option<std::time::Duration> {
     let next = status.next_retry_time.as_ref()?.0;
     let wait = now.duration_until(next);
-    Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
+    Some(std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn now() -> jiff::Timestamp {
-        "2026-12-02T10:00:00Z".parse().unwrap()
-    }
-
-    #[test]
-    fn registered_patch_publishes_id_and_clears_errors() {
-        let patch = status_patch(
-            &StatusUpdate::Registered {
-                volume_id: VolumeId::from("vol-1"),
-                disk_uuid: Some("uuid-1".into()),
-                adopted: false,
-                attempts: 1,
-            },
-            now(),
-        );
-        let s = &patch["status"];
-        assert_eq!(s["phase"], "Registered");
-        assert_eq!(s["volumeID"], "vol-1");
-        assert_eq!(s["diskUUID"], "uuid-1");
-        assert!(s["lastError"].is_null() && s.get("lastError").is_some());
-        assert_eq!(s["conditions"][0]["type"], "Registered");
-        assert_eq!(s["conditions"][0]["status"], "True");
-        assert_eq!(s["conditions"][0]["reason"], "Created");
-        assert_eq!(s["registeredTime"], "2026-12-02T10:00:00Z");
-        // The patch deserializes into the typed status.
-        let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
-        assert_eq!(typed.volume_id.as_deref(), Some("vol-1"));
-    }
-
-    #[test]
-    fn adopted_without_uuid_keeps_stored_uuid() {
-        let patch = status_patch(
-            &StatusUpdate::Registered {
-                volume_id: VolumeId::from("v"),
-                disk_uuid: None,
-                adopted: true,
-                attempts: 2,
-            },
-            now(),
-        );
-        assert!(patch["status"].get("diskUUID").is_none());
-        assert_eq!(patch["status"]["conditions"][1]["reason"], "Adopted");
-    }
-
-    #[test]
-    fn failed_patch_schedules_retry() {
-        let patch = status_patch(
-            &StatusUpdate::Failed {
-                reason: "BackendUnavailable".into(),
-                message: "timeout".into(),
-                attempts: 3,
-                retry_after: Some(Duration::from_secs(90)),
-            },
-            now(),
-        );
-        let s = &patch["status"];
-        assert_eq!(s["phase"], "Failed");
-        assert_eq!(s["lastError"]["reason"], "BackendUnavailable");
-        assert_eq!(s["nextRetryTime"], "2026-12-02T10:01:30Z");
-        let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
-        assert_eq!(
-            retry_due_in(&typed, now()),
-            Some(Duration::from_secs(90)),
-            "due in 90 s"
-        );
-        let permanent = status_patch(
-            &StatusUpdate::Failed {
-                reason: "DiskNotFound".into(),
-                message: "gone".into(),
-                attempts: 1,
-                retry_after: None,
-            },
-            now(),
-        );
-        assert!(permanent["status"]["nextRetryTime"].is_null());
-    }
-
-    #[test]
-    fn registering_patch_dates_the_write_ahead() {
-        let s = &status_patch(
-            &StatusUpdate::Registering {
-                attempts: 2,
-                since: now(),
-            },
-            jiff::Timestamp::now(),
-        )["status"];
-        let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
-        let state = stored_state(&typed);
-        assert_eq!(state.phase, Some(Phase::Registering));
-        assert_eq!(state.registering_since, Some(now()));
-        assert_eq!(state.attempts, 2);
-    }
-
-    #[test]
-    fn unregistered_patch_clears_the_mapping() {
-        let s = &status_patch(&StatusUpdate::Unregistered, now())["status"];
-        assert_eq!(s["phase"], "Pending");
-        assert!(s["volumeID"].is_null());
-        let typed: VolumeMigrationStatus = serde_json::from_value(s.clone()).unwrap();
-        assert_eq!(
-            stored_state(&typed),
-            StoredState {
-                phase: Some(crate::api::Phase::Pending),
-                volume_id: None,
-                attempts: 0,
-                registering_since: None,
-            }
-        );
-    }
-}
+#[path = "status_tests.rs"]
+mod tests;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::utils::Backoff;
+use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
@@ -91,7 +91,7 @@ async fn campaign(
     mut stop: oneshot::Receiver<bool>,
 ) -> Result<(), LeaseManagerError> {
     let lease = target.lease();
-    let mut retry = RetryDelay::new(target.max_retry);
+    let mut retry = retry_delays(target.max_retry);
     'manager: loop {
         let built = tokio::select! {
             biased;
@@ -108,7 +108,7 @@ async fn campaign(
             Ok(manager) => manager,
             Err(error) => {
                 warn!(%lease, holder_id = %target.holder_id, %error, "cannot read or create the lease; retrying");
-                let pause = retry.next_delay();
+                let pause = retry.next().unwrap_or(target.max_retry);
                 tokio::select! {
                     biased;
                     _ = &mut stop => return Ok(()),
@@ -152,7 +152,7 @@ async fn campaign(
                     }
                     Err(error) => {
                         warn!(%lease, holder_id = %target.holder_id, %error, "acquiring or renewing the lease failed; retrying");
-                        retry_at = Some(Instant::now() + retry.next_delay());
+                        retry_at = Some(Instant::now() + retry.next().unwrap_or(target.max_retry));
                     }
                 },
             }
@@ -176,7 +176,7 @@ pub(super) fn spawn_observer(target: Arc<LeaseTarget>, tx: mpsc::Sender<Input>) 
 async fn observe(target: Arc<LeaseTarget>, tx: mpsc::Sender<Input>) {
     let lease = target.lease();
     let api: Api<Lease> = Api::namespaced(target.client.clone(), &target.namespace);
-    let stream = watch_object(api, &target.name).backoff(RetryDelay::new(target.max_retry));
+    let stream = watch_object(api, &target.name).backoff(retry_delays(target.max_retry));
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
@@ -192,40 +192,13 @@ async fn observe(target: Arc<LeaseTarget>, tx: mpsc::Sender<Input>) {
     }
 }
 
-/// Exponential retry delay from 100 ms, doubling up to a cap.
-#[derive(Debug, Clone)]
-pub(super) struct RetryDelay {
-    next: Duration,
-    max: Duration,
-}
-
-impl RetryDelay {
-    const FIRST: Duration = Duration::from_millis(100);
-
-    pub(super) fn new(max: Duration) -> Self {
-        Self {
-            next: Self::FIRST.min(max),
-            max,
-        }
+/// Retry delays of the campaign and the observer: from 100 ms, doubling up to `max`.
+pub(super) fn retry_delays(max: Duration) -> crate::backoff::Delays {
+    crate::backoff::RetryPolicy {
+        initial: Duration::from_millis(100).min(max),
+        max,
+        attempts_per_call: u32::MAX,
+        jitter: false,
     }
-
-    pub(super) fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        delay
-    }
-}
-
-impl Iterator for RetryDelay {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.next_delay())
-    }
-}
-
-impl Backoff for RetryDelay {
-    fn reset(&mut self) {
-        self.next = Self::FIRST.min(self.max);
-    }
+    .delays()
 }

@@ -81,6 +81,8 @@ fn every_family_has_help_and_type() {
         "volmig_backend_request_duration_seconds",
         "volmig_leader",
         "volmig_pvs_tracked",
+        "volmig_name_collisions",
+        "volmig_reconcile_failures",
     ]
     .into_iter()
     .collect();

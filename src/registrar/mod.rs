@@ -3,38 +3,48 @@
 //! Guarantees, per canonical path:
 //! - operations are serialized by a keyed lock, and each holder re-reads the stored state
 //!   before acting (rule 1);
-//! - only the leader calls the backend (rule 2, through [`LeaderGate`]);
+//! - only the leader calls the backend, and leadership is checked again right before each
+//!   create and unregister (rules 2 and 9, through [`LeaderGate`]);
 //! - an existing CNS volume with the deterministic name or the same backing disk is adopted
 //!   instead of creating another (rule 3);
-//! - `Registering` is stored before the create and the ID right after; an ID the backend
-//!   returned stays in memory until it is stored (rule 4);
+//! - `Registering` is stored before the create and the ID right after, conditionally on the
+//!   version the write-ahead produced; an ID the backend returned stays in memory until it
+//!   is stored, and never replaces another stored ID (rules 4 and 9);
 //! - a missing vmdk fails with `DiskNotFound` before CNS is called (rule 5);
 //! - transient errors are retried with capped, jittered backoff (rule 6);
-//! - backend calls are bounded in concurrency and rate (rule 7).
+//! - backend calls are bounded in concurrency and rate (rule 7);
+//! - a create whose outcome is unknown is never followed by another create until the
+//!   in-flight grace, measured on this process's monotonic clock, has passed and the
+//!   volume still did not appear (rules 8 and 10, [`InFlight`]).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use crate::api::Phase;
-use crate::backend::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId,
-};
+use crate::backend::{BackendError, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId};
 use crate::volume_path::{PathError, VolumePath};
 
+mod in_flight;
 mod keyed_lock;
+#[cfg(any(test, feature = "testing"))]
+mod memory_store;
+mod operations;
 mod pressure;
-mod retry;
 mod status_store;
 
+pub use crate::backend::selection::choose_adoptee;
+pub use crate::backoff::RetryPolicy;
+pub use in_flight::InFlight;
 pub use keyed_lock::{KeyGuard, KeyedLock};
+#[cfg(any(test, feature = "testing"))]
+pub use memory_store::InMemoryStatusStore;
 pub use pressure::{CallGate, LeaderCheck, LeaderGate, NotLeader};
-pub use retry::RetryPolicy;
 pub use status_store::{
-    InMemoryStatusStore, StatusStore, StatusUpdate, StoreError, StoredState, apply,
+    StatusStore, StatusUpdate, StoreError, StoreErrorKind, StoredState, Version, apply,
 };
 
 /// Status reasons written to `status.lastError.reason`.
@@ -47,8 +57,14 @@ pub mod reason {
     pub const PERMANENT: &str = "BackendRejected";
     /// vCenter could not be reached or failed transiently.
     pub const TRANSIENT: &str = "BackendUnavailable";
-    /// The credentials were rejected.
+    /// The session expired and logging in again failed.
     pub const NOT_AUTHENTICATED: &str = "NotAuthenticated";
+    /// vCenter rejected the credentials: fix them (no retry loop that would lock the account).
+    pub const INVALID_LOGIN: &str = "InvalidLogin";
+    /// The object named after this path tracks another path (DESIGN.md §2).
+    pub const NAME_COLLISION: &str = "NameCollision";
+    /// A create may still be running in vCenter; waiting for it before creating again.
+    pub const CREATE_OUTCOME_UNKNOWN: &str = "CreateOutcomeUnknown";
 }
 
 /// Tuning of a [`Registrar`].
@@ -64,14 +80,23 @@ pub struct RegistrarConfig {
     pub retry: RetryPolicy,
     /// Whether this replica may call the backend.
     pub leader: LeaderGate,
-    /// How long a create started by a process that died may still complete in vCenter.
-    /// A path found in `Registering` younger than this is re-checked for adoption after
-    /// the grace has passed instead of being created again.
+    /// How long a create may still complete in vCenter after it was sent (or after its
+    /// `Registering` marker was first seen): at least the request timeout plus the task
+    /// timeout. During the grace the path is only looked at (adopted if the volume
+    /// appears), never created again.
     pub in_flight_grace: Duration,
+    /// How often CNS is asked again for the volume of a create in flight.
+    pub adoption_poll: Duration,
+    /// This replica's identity, part of every write-ahead token.
+    pub instance: String,
 }
 
-/// Default of [`RegistrarConfig::in_flight_grace`]: longer than a CNS create takes.
-pub const DEFAULT_IN_FLIGHT_GRACE: Duration = Duration::from_secs(60);
+/// Default of [`RegistrarConfig::in_flight_grace`]: the default request timeout (60 s)
+/// plus the default task timeout (600 s).
+pub const DEFAULT_IN_FLIGHT_GRACE: Duration = Duration::from_secs(660);
+
+/// Default of [`RegistrarConfig::adoption_poll`].
+pub const DEFAULT_ADOPTION_POLL: Duration = Duration::from_secs(5);
 
 impl RegistrarConfig {
     /// Defaults of the command line: 8 concurrent calls, 50 calls/s, always leader.
@@ -83,7 +108,21 @@ impl RegistrarConfig {
             retry: RetryPolicy::default(),
             leader: LeaderGate::always(),
             in_flight_grace: DEFAULT_IN_FLIGHT_GRACE,
+            adoption_poll: DEFAULT_ADOPTION_POLL,
+            instance: "volmig".to_owned(),
         }
+    }
+
+    /// Sets how often a create in flight is looked for.
+    pub fn with_adoption_poll(mut self, poll: Duration) -> Self {
+        self.adoption_poll = poll;
+        self
+    }
+
+    /// Sets the replica identity used in write-ahead tokens.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
     }
 
     /// Sets the in-flight grace.
@@ -117,19 +156,8 @@ impl RegistrarConfig {
     }
 }
 
-/// A successful registration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Registration {
-    /// The CNS volume ID.
-    pub volume_id: VolumeId,
-    /// True when the ID came from the stored status or an existing CNS volume.
-    pub adopted: bool,
-    /// True when the status already held the ID and nothing was done (no backend call,
-    /// no write): callers report nothing new.
-    pub unchanged: bool,
-}
-
-/// Why a registrar operation failed.
+/// Why a registrar operation failed. Messages name the path and what failed; the cause
+/// is the error's `source` (print the chain with [`crate::error_chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
     /// The path is not a valid in-tree volume path.
@@ -144,15 +172,26 @@ pub enum RegisterError {
         message: String,
     },
     /// vCenter failed or refused the call.
-    #[error("registering {path}: {source}")]
+    #[error("registering {path}")]
     Backend {
         /// The vmdk concerned.
         path: VolumePath,
         /// The backend error, with its class.
         source: BackendError,
     },
+    /// A create may still be running in vCenter and the volume has not appeared yet; the
+    /// path stays `Registering` and is looked at again after `retry_after`.
+    #[error("registering {path}: a create may still be running in vCenter")]
+    OutcomeUnknown {
+        /// The vmdk concerned.
+        path: VolumePath,
+        /// When the grace of the create in flight is over.
+        retry_after: Duration,
+        /// The error the create ended with, if it was this process's create.
+        source: Option<BackendError>,
+    },
     /// Reading or writing the status failed.
-    #[error("registering {path}: {source}")]
+    #[error("recording the registration of {path}")]
     Store {
         /// The vmdk concerned.
         path: VolumePath,
@@ -160,7 +199,7 @@ pub enum RegisterError {
         source: StoreError,
     },
     /// Not the leader: no backend call was made.
-    #[error("{path}: {source}")]
+    #[error("{path}: not starting a backend call")]
     NotLeader {
         /// The vmdk concerned.
         path: VolumePath,
@@ -175,12 +214,22 @@ impl RegisterError {
         match self {
             RegisterError::InvalidPath(_) => reason::INVALID_PATH,
             RegisterError::DiskNotFound { .. } => reason::DISK_NOT_FOUND,
+            RegisterError::Backend { source, .. }
+                if source.fault == crate::backend::INVALID_LOGIN_FAULT =>
+            {
+                reason::INVALID_LOGIN
+            }
             RegisterError::Backend { source, .. } => match source.class {
                 ErrorClass::Permanent | ErrorClass::NotFound => reason::PERMANENT,
                 ErrorClass::NotAuthenticated => reason::NOT_AUTHENTICATED,
                 ErrorClass::Transient => reason::TRANSIENT,
             },
-            RegisterError::Store { .. } | RegisterError::NotLeader { .. } => reason::TRANSIENT,
+            RegisterError::OutcomeUnknown { .. } => reason::CREATE_OUTCOME_UNKNOWN,
+            RegisterError::Store { source, .. } => match source.kind {
+                StoreErrorKind::NameCollision { .. } => reason::NAME_COLLISION,
+                _ => reason::TRANSIENT,
+            },
+            RegisterError::NotLeader { .. } => reason::TRANSIENT,
         }
     }
 
@@ -189,8 +238,16 @@ impl RegisterError {
         match self {
             RegisterError::InvalidPath(_) | RegisterError::DiskNotFound { .. } => false,
             RegisterError::Backend { source, .. } => source.class.is_retryable(),
-            RegisterError::Store { source, .. } => source.retryable,
-            RegisterError::NotLeader { .. } => true,
+            RegisterError::OutcomeUnknown { .. } | RegisterError::NotLeader { .. } => true,
+            RegisterError::Store { source, .. } => source.is_retryable(),
+        }
+    }
+
+    /// When to try again, if the error says (a create in flight).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RegisterError::OutcomeUnknown { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 }
@@ -203,10 +260,10 @@ pub enum LookupError {
     NotRegisteredYet {
         /// The path asked for.
         path: VolumePath,
-        /// The stored phase, or `None` when nothing is stored.
+        /// The stored phase, or `none` when nothing is stored.
         phase: String,
     },
-    /// The status could not be read.
+    /// The status could not be read (or the object tracks another path).
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -219,10 +276,10 @@ pub struct Registrar {
     gate: CallGate,
     /// IDs the backend returned that are not stored yet (rule 4).
     unsaved: Mutex<HashMap<VolumePath, VolumeId>>,
+    /// Creates that may still be running in vCenter (rules 8 and 10).
+    in_flight: InFlight,
     config: RegistrarConfig,
 }
-
-mod operations;
 
 impl Registrar {
     /// A registrar over `backend`, recording into `store`.
@@ -242,6 +299,7 @@ impl Registrar {
             locks: KeyedLock::default(),
             gate,
             unsaved: Mutex::new(HashMap::new()),
+            in_flight: InFlight::default(),
             config,
         }
     }
@@ -266,6 +324,11 @@ impl Registrar {
         self.unsaved_map().len()
     }
 
+    /// Paths with a create this process knows may still be in flight.
+    pub fn creates_in_doubt(&self) -> usize {
+        self.in_flight.len()
+    }
+
     fn unsaved_map(&self) -> std::sync::MutexGuard<'_, HashMap<VolumePath, VolumeId>> {
         self.unsaved.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -279,15 +342,11 @@ impl Registrar {
     /// The stored volume ID of `path`, never calling the backend.
     pub async fn lookup(&self, path: &VolumePath) -> Result<VolumeId, LookupError> {
         let state = self.store.load(path).await?;
-        match state {
-            Some(StoredState {
-                phase: Some(Phase::Registered),
-                volume_id: Some(id),
-                ..
-            }) => Ok(id),
-            other => Err(LookupError::NotRegisteredYet {
+        match state.as_ref().and_then(StoredState::registered_id) {
+            Some(id) => Ok(id.clone()),
+            None => Err(LookupError::NotRegisteredYet {
                 path: path.clone(),
-                phase: other
+                phase: state
                     .and_then(|s| s.phase)
                     .map_or("none", Phase::as_str)
                     .to_owned(),
@@ -303,10 +362,24 @@ impl Registrar {
         self.gate
             .enter()
             .await
-            .map_err(|source| RegisterError::NotLeader {
-                path: path.clone(),
-                source,
-            })
+            .map_err(|source| self.not_leader(path, source))
+    }
+
+    fn not_leader(&self, path: &VolumePath, source: NotLeader) -> RegisterError {
+        RegisterError::NotLeader {
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// Fencing (rule 9): leadership is checked again right before a call that changes CNS,
+    /// however long ago the work was admitted.
+    fn fence(&self, path: &VolumePath) -> Result<(), RegisterError> {
+        if self.config.leader.is_open() {
+            Ok(())
+        } else {
+            Err(self.not_leader(path, NotLeader))
+        }
     }
 
     /// Runs one backend call under the concurrency/rate limits and the leader check,
@@ -341,40 +414,27 @@ impl Registrar {
         }
     }
 
-    /// Saves a status update, retrying retryable store errors.
-    async fn save(&self, path: &VolumePath, update: StatusUpdate) -> Result<(), RegisterError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.store.save(path, update.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.retryable && attempt < self.config.retry.attempts_per_call => {
-                    let delay = self.config.retry.delay(attempt);
-                    warn!(%path, error = %e, ?delay, "status write failed, retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(source) => {
-                    return Err(RegisterError::Store {
-                        path: path.clone(),
-                        source,
-                    });
-                }
-            }
-        }
-    }
-
-    fn log_registered(path: &VolumePath, volume: &VolumeId, adopted: bool) {
-        info!(%path, volume_id = %volume, adopted, "registered");
+    async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, RegisterError> {
+        self.store
+            .load(path)
+            .await
+            .map_err(|source| RegisterError::Store {
+                path: path.clone(),
+                source,
+            })
     }
 }
 
-/// Picks the volume to adopt among existing CNS volumes for one path: the one carrying
-/// volmig's deterministic name, else the oldest (then the smallest ID, for determinism).
-pub fn choose_adoptee<'a>(volumes: &'a [CnsVolume], name: &str) -> Option<&'a CnsVolume> {
-    volumes.iter().min_by(|a, b| {
-        let key = |v: &CnsVolume| (v.name != name, v.created.is_none(), v.created, v.id.clone());
-        key(a).cmp(&key(b))
-    })
+/// A successful registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// The CNS volume ID.
+    pub volume_id: VolumeId,
+    /// True when the ID came from the stored status or an existing CNS volume.
+    pub adopted: bool,
+    /// True when the status already held the ID and nothing was done (no backend call,
+    /// no write): callers report nothing new.
+    pub unchanged: bool,
 }
 
 fn create_request(config: &RegistrarConfig, path: &VolumePath) -> CreateVolumeRequest {

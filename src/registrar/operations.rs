@@ -1,51 +1,54 @@
-//! `register` and `unregister`: the two operations that change CNS.
+//! `register`, `reregister`, `unregister` and `collect_orphan`: the operations that change
+//! CNS. Each runs under the path's key and re-reads the stored state first (rule 1).
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
-use tracing::{info, warn};
+use rand::Rng;
+use tokio::time::Instant;
+use tracing::{info, instrument, warn};
 
-use super::{RegisterError, Registrar, Registration, StatusUpdate, choose_adoptee, create_request};
+use super::{
+    RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind, StoredState, Version,
+    choose_adoptee, create_request,
+};
 use crate::api::Phase;
 use crate::backend::{ErrorClass, VolumeId};
 use crate::volume_path::VolumePath;
 
+/// Creates one `register` call may send at most; each after the grace of the one before.
+const MAX_CREATES_PER_CALL: u32 = 2;
+
+/// The outcome of one pass of the create loop.
+enum Attempt {
+    Done(Registration),
+    /// The state changed under us (a conditional write lost): decide again from it.
+    Reread(Option<StoredState>),
+}
+
 impl Registrar {
     /// Registers `path` once: returns the stored ID, adopts an existing CNS volume, or
     /// creates one. Concurrent calls for one path end with the same ID and one volume.
+    #[instrument(skip(self), fields(%path))]
     pub async fn register(&self, path: &VolumePath) -> Result<Registration, RegisterError> {
         let _key = self.locks.lock(path).await;
-
-        // An ID from an earlier call whose status write failed is stored before anything else.
-        let pending = self.unsaved_map().get(path).cloned();
         let state = self.load(path).await?;
-        if let Some(volume_id) = pending {
-            let attempts = state.as_ref().map_or(1, |s| s.attempts.max(1));
-            self.store_id(path, volume_id.clone(), None, true, attempts)
-                .await?;
-            return Ok(Registration {
-                volume_id,
-                adopted: true,
-                unchanged: false,
-            });
+        if let Some(registration) = self.store_unsaved(path, &state).await? {
+            return Ok(registration);
         }
-        if let Some(state) = &state
-            && state.phase == Some(Phase::Registered)
-            && let Some(volume_id) = &state.volume_id
-        {
+        if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id) {
             return Ok(Registration {
                 volume_id: volume_id.clone(),
                 adopted: true,
                 unchanged: true,
             });
         }
-
         self.register_and_record(path, state).await
     }
 
     /// Registers `path` again because its stored ID `missing` no longer exists in CNS.
     /// Adopts a volume that exists after all (the listing may have been stale) and does
     /// nothing when the stored ID changed meanwhile.
+    #[instrument(skip(self), fields(%path, %missing))]
     pub async fn reregister(
         &self,
         path: &VolumePath,
@@ -53,9 +56,7 @@ impl Registrar {
     ) -> Result<Registration, RegisterError> {
         let _key = self.locks.lock(path).await;
         let state = self.load(path).await?;
-        if let Some(state) = &state
-            && state.phase == Some(Phase::Registered)
-            && let Some(volume_id) = &state.volume_id
+        if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id)
             && volume_id != missing
         {
             return Ok(Registration {
@@ -67,16 +68,48 @@ impl Registrar {
         self.register_and_record(path, state).await
     }
 
+    /// An ID from an earlier call whose status write failed is stored before anything
+    /// else — but only if CNS still has it and the stored status holds no other ID
+    /// (leadership may have moved meanwhile, rule 9).
+    async fn store_unsaved(
+        &self,
+        path: &VolumePath,
+        state: &Option<StoredState>,
+    ) -> Result<Option<Registration>, RegisterError> {
+        let Some(volume_id) = self.unsaved_map().get(path).cloned() else {
+            return Ok(None);
+        };
+        if let Some(stored) = state.as_ref().and_then(StoredState::registered_id) {
+            if *stored != volume_id {
+                warn!(%path, kept = %stored, dropped = %volume_id,
+                    "the status holds another ID than the one kept in memory; keeping the stored one");
+            }
+            self.unsaved_map().remove(path);
+            return Ok(None);
+        }
+        let name = path.cns_volume_name();
+        let live = self
+            .call(path, || self.backend.find_volumes(&name, path))
+            .await?;
+        if !live.iter().any(|v| v.id == volume_id) {
+            warn!(%path, %volume_id, "the ID kept in memory is gone from CNS; registering afresh");
+            self.unsaved_map().remove(path);
+            return Ok(None);
+        }
+        let attempts = state.as_ref().map_or(1, |s| s.attempts.max(1));
+        let version = state.as_ref().and_then(|s| s.version.clone());
+        self.record_id(path, volume_id, None, true, attempts, version)
+            .await
+            .map(Some)
+    }
+
     async fn register_and_record(
         &self,
         path: &VolumePath,
-        state: Option<super::StoredState>,
+        state: Option<StoredState>,
     ) -> Result<Registration, RegisterError> {
         let attempts = state.as_ref().map_or(0, |s| s.attempts) + 1;
-        let in_flight_since = state
-            .filter(|s| s.phase == Some(Phase::Registering))
-            .and_then(|s| s.registering_since);
-        match self.register_locked(path, attempts, in_flight_since).await {
+        match self.register_locked(path, attempts, state).await {
             Ok(registration) => Ok(registration),
             Err(error) => {
                 self.record_failure(path, &error, attempts).await;
@@ -89,7 +122,7 @@ impl Registrar {
         &self,
         path: &VolumePath,
         attempts: u32,
-        mut in_flight_since: Option<jiff::Timestamp>,
+        mut state: Option<StoredState>,
     ) -> Result<Registration, RegisterError> {
         let disk_uuid = match self.call(path, || self.backend.disk_uuid(path)).await {
             Ok(uuid) => uuid,
@@ -101,69 +134,203 @@ impl Registrar {
             }
             Err(other) => return Err(other),
         };
-
-        let request = create_request(&self.config, path);
-        let mut create_attempt = 0;
+        let mut creates = 0;
         loop {
-            create_attempt += 1;
+            match self
+                .attempt(path, attempts, &disk_uuid, &state, &mut creates)
+                .await?
+            {
+                Attempt::Done(registration) => return Ok(registration),
+                Attempt::Reread(fresh) => {
+                    if let Some(volume_id) = fresh.as_ref().and_then(StoredState::registered_id) {
+                        return Ok(Registration {
+                            volume_id: volume_id.clone(),
+                            adopted: true,
+                            unchanged: false,
+                        });
+                    }
+                    state = fresh;
+                }
+            }
+        }
+    }
+
+    /// One look at CNS, then (if nothing can be adopted and no create is in flight) one
+    /// write-ahead and one create.
+    async fn attempt(
+        &self,
+        path: &VolumePath,
+        attempts: u32,
+        disk_uuid: &str,
+        state: &Option<StoredState>,
+        creates: &mut u32,
+    ) -> Result<Attempt, RegisterError> {
+        let request = create_request(&self.config, path);
+        let grace = self.config.in_flight_grace;
+        let version = state.as_ref().and_then(|s| s.version.clone());
+        let marker = state
+            .as_ref()
+            .filter(|s| s.phase == Some(Phase::Registering))
+            .and_then(|s| s.marker.clone());
+        loop {
             // Adopt before create: a create that succeeded on the server but not for us
-            // (crash, cancellation, lost response) is found here by its name.
+            // (crash, cancellation, lost response, late task) is found here.
             let existing = self
                 .call(path, || self.backend.find_volumes(&request.name, path))
                 .await?;
             if let Some(volume) = choose_adoptee(&existing, &request.name) {
-                let volume_id = volume.id.clone();
-                self.store_id(path, volume_id.clone(), Some(disk_uuid), true, attempts)
-                    .await?;
-                return Ok(Registration {
-                    volume_id,
-                    adopted: true,
-                    unchanged: false,
+                let id = volume.id.clone();
+                return self
+                    .record_id(
+                        path,
+                        id,
+                        Some(disk_uuid.to_owned()),
+                        true,
+                        attempts,
+                        version,
+                    )
+                    .await
+                    .map(Attempt::Done);
+            }
+            // A create under this marker may still run in vCenter: only look until its
+            // grace is over (rule 8).
+            let Some(token) = &marker else { break };
+            let deadline = self.in_flight.deadline(path, token, grace);
+            let now = Instant::now();
+            if now >= deadline {
+                info!(%path, "the in-flight grace is over and no volume appeared; creating");
+                break;
+            }
+            let wait = (deadline - now).min(self.config.adoption_poll);
+            info!(%path, ?wait, "a create may still be in flight; looking again before creating");
+            tokio::time::sleep(wait).await;
+        }
+        if *creates >= MAX_CREATES_PER_CALL {
+            return Err(RegisterError::OutcomeUnknown {
+                path: path.clone(),
+                retry_after: self.config.retry.delay(*creates),
+                source: None,
+            });
+        }
+
+        let permit = self.enter(path).await?;
+        let token = self.new_token();
+        let write_ahead = StatusUpdate::Registering {
+            attempts,
+            token: token.clone(),
+        };
+        let version = match self.store.save(path, &write_ahead, version.as_ref()).await {
+            Ok(version) => version,
+            Err(e) if e.kind == StoreErrorKind::Conflict => {
+                return Ok(Attempt::Reread(self.load(path).await?));
+            }
+            Err(source) => {
+                return Err(RegisterError::Store {
+                    path: path.clone(),
+                    source,
                 });
             }
-
-            // A process that died after its write-ahead may have a create still running in
-            // vCenter: give it the grace to finish, then look again before creating.
-            if let Some(since) = in_flight_since.take() {
-                let age = jiff::Timestamp::now().duration_since(since);
-                let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
-                if let Some(wait) = self.config.in_flight_grace.checked_sub(age)
-                    && !wait.is_zero()
-                {
-                    info!(%path, ?wait, "an earlier create may still be in flight; waiting before creating");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
+        };
+        // Fencing: the write-ahead may have taken long; only a current leader creates.
+        self.fence(path)?;
+        self.in_flight.started(path, &token);
+        *creates += 1;
+        let created = self.backend.create_volume(&request).await;
+        drop(permit);
+        match created {
+            Ok(id) => self
+                .record_id(
+                    path,
+                    id,
+                    Some(disk_uuid.to_owned()),
+                    false,
+                    attempts,
+                    Some(version),
+                )
+                .await
+                .map(Attempt::Done),
+            Err(e) if e.class == ErrorClass::Transient => {
+                // Timeout, lost reply, failed task poll: the create may still complete.
+                warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
+                Ok(Attempt::Reread(self.load(path).await?))
             }
+            Err(source) => {
+                // vCenter refused the create: nothing is in flight.
+                self.in_flight.forget(path);
+                Err(RegisterError::Backend {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        }
+    }
 
-            let permit = self.enter(path).await?;
-            // Write-ahead right before the create is sent (after waiting for a slot), so
-            // its time bounds when the create can have started: a restarted registrar's
-            // in-flight grace counts from it. Refreshed before every create attempt.
-            self.write_ahead(path, attempts).await?;
-            let created = self.backend.create_volume(&request).await;
-            drop(permit);
-            match created {
-                Ok(volume_id) => {
-                    self.store_id(path, volume_id.clone(), Some(disk_uuid), false, attempts)
-                        .await?;
+    fn new_token(&self) -> String {
+        format!(
+            "{}/{:016x}",
+            self.config.instance,
+            rand::rng().random::<u64>()
+        )
+    }
+
+    /// Stores `volume_id` conditionally on `version` (the state it was decided on). Keeps it
+    /// in memory until stored; never replaces another stored ID (rule 9): a write that
+    /// loses its condition re-reads and yields to an ID stored meanwhile.
+    async fn record_id(
+        &self,
+        path: &VolumePath,
+        volume_id: VolumeId,
+        disk_uuid: Option<String>,
+        adopted: bool,
+        attempts: u32,
+        mut version: Option<Version>,
+    ) -> Result<Registration, RegisterError> {
+        self.unsaved_map().insert(path.clone(), volume_id.clone());
+        let update = StatusUpdate::Registered {
+            volume_id: volume_id.clone(),
+            disk_uuid,
+            adopted,
+            attempts,
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.store.save(path, &update, version.as_ref()).await;
+            match result {
+                Ok(_) => {
+                    self.unsaved_map().remove(path);
+                    self.in_flight.forget(path);
+                    info!(%path, %volume_id, adopted, "registered");
                     return Ok(Registration {
                         volume_id,
-                        adopted: false,
+                        adopted,
                         unchanged: false,
                     });
                 }
-                // Never retry a create blindly: loop back to the adoption check first.
-                Err(e)
-                    if e.class.is_retryable()
-                        && create_attempt < self.config.retry.attempts_per_call =>
-                {
-                    let delay = self.config.retry.delay(create_attempt);
-                    warn!(%path, error = %e, ?delay, "create failed, checking for adoption before retrying");
+                Err(e) if e.kind == StoreErrorKind::Conflict => {
+                    let fresh = self.load(path).await?;
+                    if let Some(stored) = fresh.as_ref().and_then(StoredState::registered_id) {
+                        self.unsaved_map().remove(path);
+                        self.in_flight.forget(path);
+                        if *stored != volume_id {
+                            warn!(%path, kept = %stored, duplicate = %volume_id,
+                                "another ID was stored meanwhile; keeping it (full sync reports the duplicate)");
+                        }
+                        return Ok(Registration {
+                            volume_id: stored.clone(),
+                            adopted: true,
+                            unchanged: false,
+                        });
+                    }
+                    version = fresh.and_then(|s| s.version);
+                }
+                Err(e) if e.is_retryable() && attempt < self.config.retry.attempts_per_call => {
+                    let delay = self.config.retry.delay(attempt);
+                    warn!(%path, error = %e, ?delay, "status write failed, retrying");
                     tokio::time::sleep(delay).await;
                 }
                 Err(source) => {
-                    return Err(RegisterError::Backend {
+                    return Err(RegisterError::Store {
                         path: path.clone(),
                         source,
                     });
@@ -172,82 +339,68 @@ impl Registrar {
         }
     }
 
-    /// Stores `Registering` dated now. A write that took long to land (API retries) is
-    /// made again, so the create always follows its recorded time by well under the grace.
-    async fn write_ahead(&self, path: &VolumePath, attempts: u32) -> Result<(), RegisterError> {
-        let limit = self.config.in_flight_grace / 4;
-        for _ in 0..5 {
-            let since = jiff::Timestamp::now();
-            self.save(path, StatusUpdate::Registering { attempts, since })
-                .await?;
-            let took = Duration::try_from(jiff::Timestamp::now().duration_since(since))
-                .unwrap_or(Duration::MAX);
-            if took <= limit {
-                return Ok(());
-            }
-            warn!(%path, ?took, "the write-ahead took longer than a quarter of the in-flight grace; writing it again");
-        }
-        Err(RegisterError::Store {
-            path: path.clone(),
-            source: super::StoreError {
-                path: path.to_string(),
-                message: "the status writes are too slow to date a create safely".into(),
-                retryable: true,
-            },
-        })
-    }
-
-    /// Keeps `volume_id` in memory, stores it, and forgets it only once stored.
-    async fn store_id(
-        &self,
-        path: &VolumePath,
-        volume_id: VolumeId,
-        disk_uuid: Option<String>,
-        adopted: bool,
-        attempts: u32,
-    ) -> Result<(), RegisterError> {
-        self.unsaved_map().insert(path.clone(), volume_id.clone());
-        let update = StatusUpdate::Registered {
-            volume_id: volume_id.clone(),
-            disk_uuid,
-            adopted,
-            attempts,
-        };
-        self.save(path, update).await?;
-        self.unsaved_map().remove(path);
-        Self::log_registered(path, &volume_id, adopted);
-        Ok(())
-    }
-
+    /// Records a failure in the status, unless doing so could hide a create in flight (the
+    /// `Registering` marker stays) or there is nothing this replica may write.
     async fn record_failure(&self, path: &VolumePath, error: &RegisterError, attempts: u32) {
-        if matches!(
-            error,
-            RegisterError::NotLeader { .. } | RegisterError::Store { .. }
-        ) {
-            // Not leader: another replica owns the status. Store failing: nothing to write to.
+        let in_doubt = self.in_flight.in_doubt(path, self.config.in_flight_grace);
+        if in_doubt
+            || matches!(
+                error,
+                RegisterError::NotLeader { .. }
+                    | RegisterError::Store { .. }
+                    | RegisterError::OutcomeUnknown { .. }
+            )
+        {
             return;
         }
+        // Conditional on a fresh read: a failure never hides an ID stored meanwhile.
+        let current = match self.store.load(path).await {
+            Ok(Some(state)) if state.registered_id().is_some() => return,
+            Ok(state) => state.unwrap_or_default(),
+            Err(e) => {
+                warn!(%path, error = %e, "could not record the failure in the status");
+                return;
+            }
+        };
         let retry_after = error
             .is_retryable()
             .then(|| self.config.retry.delay(attempts));
         let update = StatusUpdate::Failed {
             reason: error.reason().to_owned(),
-            message: error.to_string(),
+            message: crate::error_chain(error),
             attempts,
             retry_after,
         };
-        if let Err(e) = self.save(path, update).await {
+        if let Err(e) = self
+            .store
+            .save(path, &update, current.version.as_ref())
+            .await
+        {
             warn!(%path, error = %e, "could not record the failure in the status");
         }
     }
 
     /// Removes volmig's CNS registration of `path` (the vmdk stays) and clears the status.
-    /// Unregistering a path that is not registered succeeds.
+    /// Waits out a create that may still be in flight first, so it cannot complete after
+    /// the unregistration. Unregistering a path that is not registered succeeds.
+    #[instrument(skip(self), fields(%path))]
     pub async fn unregister(&self, path: &VolumePath) -> Result<(), RegisterError> {
         let _key = self.locks.lock(path).await;
         let state = self.load(path).await?;
+        if let Some(token) = state
+            .as_ref()
+            .filter(|s| s.phase == Some(Phase::Registering))
+            .and_then(|s| s.marker.as_ref())
+        {
+            let deadline = self
+                .in_flight
+                .deadline(path, token, self.config.in_flight_grace);
+            if Instant::now() < deadline {
+                info!(%path, "a create may still be in flight; unregistering after its grace");
+                tokio::time::sleep_until(deadline).await;
+            }
+        }
         let name = path.cns_volume_name();
-
         let mut ids: BTreeSet<VolumeId> = BTreeSet::new();
         ids.extend(state.as_ref().and_then(|s| s.volume_id.clone()));
         ids.extend(self.unsaved_map().get(path).cloned());
@@ -257,30 +410,73 @@ impl Registrar {
         ids.extend(found.into_iter().filter(|v| v.name == name).map(|v| v.id));
 
         if state.is_some() {
-            self.save(path, StatusUpdate::Unregistering).await?;
+            self.save_plain(path, &StatusUpdate::Unregistering).await?;
         }
         for id in &ids {
-            match self.call(path, || self.backend.delete_volume(id)).await {
-                Ok(()) => info!(%path, volume_id = %id, "unregistered (disk kept)"),
-                Err(RegisterError::Backend { source, .. })
-                    if source.class == ErrorClass::NotFound => {}
-                Err(other) => return Err(other),
-            }
+            self.delete(path, id).await?;
         }
         self.unsaved_map().remove(path);
+        self.in_flight.forget(path);
         if state.is_some() {
-            self.save(path, StatusUpdate::Unregistered).await?;
+            self.save_plain(path, &StatusUpdate::Unregistered).await?;
         }
         Ok(())
     }
 
-    async fn load(&self, path: &VolumePath) -> Result<Option<super::StoredState>, RegisterError> {
-        self.store
-            .load(path)
-            .await
-            .map_err(|source| RegisterError::Store {
-                path: path.clone(),
-                source,
-            })
+    /// Unregisters the orphaned volmig volume `id` of `path`, unless the path is tracked
+    /// again by now (a new PV may have adopted it since the full-sync pass planned this).
+    /// Returns false when it was kept.
+    #[instrument(skip(self), fields(%path, %id))]
+    pub async fn collect_orphan(
+        &self,
+        path: &VolumePath,
+        id: &VolumeId,
+    ) -> Result<bool, RegisterError> {
+        let _key = self.locks.lock(path).await;
+        if self.load(path).await?.is_some() || self.unsaved_map().contains_key(path) {
+            info!(%path, %id, "orphan is tracked again; kept");
+            return Ok(false);
+        }
+        self.delete(path, id).await?;
+        Ok(true)
+    }
+
+    /// Unregisters one volume (fenced: only a current leader deletes).
+    async fn delete(&self, path: &VolumePath, id: &VolumeId) -> Result<(), RegisterError> {
+        self.fence(path)?;
+        match self.call(path, || self.backend.delete_volume(id)).await {
+            Ok(()) => {
+                info!(%path, volume_id = %id, "unregistered (disk kept)");
+                Ok(())
+            }
+            Err(RegisterError::Backend { source, .. }) if source.class == ErrorClass::NotFound => {
+                Ok(())
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Saves an update that carries no volume ID, retrying retryable store errors.
+    async fn save_plain(
+        &self,
+        path: &VolumePath,
+        update: &StatusUpdate,
+    ) -> Result<(), RegisterError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.store.save(path, update, None).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < self.config.retry.attempts_per_call => {
+                    tokio::time::sleep(self.config.retry.delay(attempt)).await;
+                }
+                Err(source) => {
+                    return Err(RegisterError::Store {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
     }
 }

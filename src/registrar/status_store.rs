@@ -1,9 +1,9 @@
 //! Where the registrar persists what it did: the status of a VolumeMigration in the
-//! cluster, or an in-memory map in tests.
+//! cluster ([`crate::k8s::status::KubeStatusStore`]), or an in-memory map in tests.
+//!
+//! Every write can be made conditional on the [`Version`] the registrar read or wrote last
+//! (DESIGN.md §4.9): a volume ID is only ever written over the state it was decided on.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,6 +11,10 @@ use async_trait::async_trait;
 use crate::api::Phase;
 use crate::backend::VolumeId;
 use crate::volume_path::VolumePath;
+
+/// An opaque version of a stored status (the object's `resourceVersion`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version(pub String);
 
 /// The part of a stored status the registrar decides on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,20 +25,33 @@ pub struct StoredState {
     pub volume_id: Option<VolumeId>,
     /// Attempts recorded so far.
     pub attempts: u32,
-    /// When the stored `Registering` write-ahead was made (a create may still be in flight
-    /// in vCenter if the process that made it died).
-    pub registering_since: Option<jiff::Timestamp>,
+    /// The token of the stored `Registering` write-ahead: a create may be in flight in
+    /// vCenter under it (only set while the phase is `Registering`).
+    pub marker: Option<String>,
+    /// The version this state was read at; writes conditional on it fail with
+    /// [`StoreErrorKind::Conflict`] when anything changed since.
+    pub version: Option<Version>,
+}
+
+impl StoredState {
+    /// The stored ID when the phase is `Registered`.
+    pub fn registered_id(&self) -> Option<&VolumeId> {
+        self.volume_id
+            .as_ref()
+            .filter(|_| self.phase == Some(Phase::Registered))
+    }
 }
 
 /// One status transition the registrar records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StatusUpdate {
-    /// Write-ahead before a CNS create: a create may be in flight.
+    /// Write-ahead before a CNS create: a create may be in flight under `token`.
     Registering {
         /// Attempt number, counting this one.
         attempts: u32,
-        /// When the write-ahead was made; the create is sent only right after it.
-        since: jiff::Timestamp,
+        /// Unique per write-ahead; a reader measures the in-flight grace from the moment
+        /// it first sees a token, on its own monotonic clock.
+        token: String,
     },
     /// The vmdk is registered (created now or adopted).
     Registered {
@@ -47,9 +64,9 @@ pub enum StatusUpdate {
         /// Attempt number of the run that succeeded.
         attempts: u32,
     },
-    /// The attempt failed.
+    /// The attempt failed for certain (no create can be in flight).
     Failed {
-        /// Machine-readable reason (`DiskNotFound`, `BackendError`, ...).
+        /// Machine-readable reason (`DiskNotFound`, `BackendUnavailable`, ...).
         reason: String,
         /// Human-readable message.
         message: String,
@@ -64,6 +81,24 @@ pub enum StatusUpdate {
     Unregistered,
 }
 
+/// What kind of store failure happened, which decides how the registrar reacts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// A conditional write found a newer version: re-read and decide again.
+    Conflict,
+    /// The object under the path's name tracks another path (DESIGN.md §2).
+    NameCollision {
+        /// The `spec.volumePath` found in the object.
+        found: String,
+    },
+    /// The object does not exist (any more).
+    NotFound,
+    /// The API could not be reached or failed transiently (timeout, 429, 5xx).
+    Unavailable,
+    /// The API refused the write for good (validation, permission).
+    Rejected,
+}
+
 /// A failed status read or write.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("status of {path}: {message}")]
@@ -72,86 +107,56 @@ pub struct StoreError {
     pub path: String,
     /// What went wrong.
     pub message: String,
-    /// True when retrying may help (conflict, timeout, 5xx).
-    pub retryable: bool,
+    /// How to react.
+    pub kind: StoreErrorKind,
+}
+
+impl StoreError {
+    /// A store error of `kind` on `path`.
+    pub fn new(path: &VolumePath, kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            path: path.to_string(),
+            message: message.into(),
+            kind,
+        }
+    }
+
+    /// True when retrying the same call may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::Conflict | StoreErrorKind::Unavailable
+        )
+    }
 }
 
 /// Persists registration state per canonical path.
 #[async_trait]
 pub trait StatusStore: Send + Sync + 'static {
-    /// Reads the current state; `None` when nothing is stored for the path.
+    /// Reads the current state; `None` when nothing is stored for the path. Fails with
+    /// [`StoreErrorKind::NameCollision`] when the object found tracks another path.
     async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, StoreError>;
-    /// Records one transition. Must be durable when it returns `Ok`.
-    async fn save(&self, path: &VolumePath, update: StatusUpdate) -> Result<(), StoreError>;
+
+    /// Records one transition, only if the stored version is still `expect` (when given).
+    /// Must be durable when it returns; returns the new version.
+    async fn save(
+        &self,
+        path: &VolumePath,
+        update: &StatusUpdate,
+        expect: Option<&Version>,
+    ) -> Result<Version, StoreError>;
 }
 
-/// A status store in memory, for tests: keeps every update and can be told to fail.
-#[derive(Default)]
-pub struct InMemoryStatusStore {
-    inner: Mutex<MemoryState>,
-}
-
-#[derive(Default)]
-struct MemoryState {
-    states: HashMap<VolumePath, StoredState>,
-    history: Vec<(VolumePath, StatusUpdate)>,
-    fail_next_saves: usize,
-}
-
-impl InMemoryStatusStore {
-    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The next `n` saves fail with a retryable error (nothing is stored).
-    pub fn fail_next_saves(&self, n: usize) {
-        self.state().fail_next_saves = n;
-    }
-
-    /// The stored state of `path`.
-    pub fn get(&self, path: &VolumePath) -> Option<StoredState> {
-        self.state().states.get(path).cloned()
-    }
-
-    /// Every update saved so far, in order.
-    pub fn history(&self) -> Vec<(VolumePath, StatusUpdate)> {
-        self.state().history.clone()
-    }
-}
-
-#[async_trait]
-impl StatusStore for InMemoryStatusStore {
-    async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, StoreError> {
-        Ok(self.get(path))
-    }
-
-    async fn save(&self, path: &VolumePath, update: StatusUpdate) -> Result<(), StoreError> {
-        let mut inner = self.state();
-        if inner.fail_next_saves > 0 {
-            inner.fail_next_saves -= 1;
-            return Err(StoreError {
-                path: path.to_string(),
-                message: "injected failure".into(),
-                retryable: true,
-            });
-        }
-        let entry = inner.states.entry(path.clone()).or_default();
-        apply(entry, &update);
-        inner.history.push((path.clone(), update));
-        Ok(())
-    }
-}
-
-/// How an update changes the stored state.
+/// How an update changes the stored state (shared by the in-memory store and tests).
 pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
     if !matches!(update, StatusUpdate::Registering { .. }) {
-        state.registering_since = None;
+        state.marker = None;
     }
     match update {
-        StatusUpdate::Registering { attempts, since } => {
+        StatusUpdate::Registering { attempts, token } => {
             state.phase = Some(Phase::Registering);
             state.attempts = *attempts;
-            state.registering_since = Some(*since);
+            state.marker = Some(token.clone());
         }
         StatusUpdate::Registered {
             volume_id,
@@ -167,6 +172,12 @@ pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
             state.attempts = *attempts;
         }
         StatusUpdate::Unregistering => state.phase = Some(Phase::Unregistering),
-        StatusUpdate::Unregistered => *state = StoredState::default(),
+        StatusUpdate::Unregistered => {
+            let version = state.version.take();
+            *state = StoredState {
+                version,
+                ..StoredState::default()
+            };
+        }
     }
 }

@@ -31,7 +31,7 @@ fn operations_doc_lists_every_metric_the_daemon_exposes() {
 
 #[test]
 fn operations_doc_troubleshoots_every_status_and_event_reason() {
-    use volmig::events::reason as event;
+    use volmig::k8s::events::reason as event;
     use volmig::registrar::reason as status;
     let doc = read_repo_file("docs/operations.md");
     let status_reasons = [

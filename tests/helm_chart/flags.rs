@@ -127,7 +127,7 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "in-flight-grace",
             vec!["--set-string", "inFlightGrace=2m"],
             "--in-flight-grace=2m",
-            |a| a.in_flight_grace == Duration::from_secs(120),
+            |a| a.in_flight_grace == Some(Duration::from_secs(120)),
         ),
         (
             "vc-requests-per-second",

@@ -9,6 +9,9 @@ use url::Url;
 /// The default time limit of one SOAP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default of [`CnsConfig::task_timeout`].
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// A password that never shows up in logs: `Debug` and `Display` print `***`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Password(String);
@@ -66,6 +69,8 @@ pub struct CnsConfig {
     pub datacenters: Vec<String>,
     /// Time limit of one SOAP request.
     pub request_timeout: Duration,
+    /// How long to wait for a vCenter task (a CNS create or delete) to finish.
+    pub task_timeout: Duration,
     /// HTTP User-Agent; the daemon adds its lease holder ID so vCenter logs (and test
     /// harnesses) can tell replicas apart.
     pub user_agent: String,
@@ -86,6 +91,7 @@ impl CnsConfig {
             insecure: false,
             datacenters: Vec::new(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            task_timeout: DEFAULT_TASK_TIMEOUT,
             user_agent: DEFAULT_USER_AGENT.to_owned(),
         }
     }

@@ -118,10 +118,7 @@ impl CnsBackend {
         client.login().await?;
         let inventory = Inventory::new(&config.datacenters);
         inventory.refresh(&client, true).await?;
-        let task_timeout = config
-            .request_timeout
-            .saturating_mul(10)
-            .max(Duration::from_secs(60));
+        let task_timeout = config.task_timeout;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,

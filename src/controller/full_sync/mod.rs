@@ -11,32 +11,31 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, ListParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 
+use super::Context;
+use super::pv_index::{PvVolume, pv_volume};
 use crate::api::{Phase, VolumeMigration};
-use crate::backend::{BackendError, VolumeId, list_all_volumes};
-use crate::events::reason as event_reason;
-use crate::metrics::SyncAction;
-use crate::migrations::{delete_migration, ensure_migration};
-use crate::pv_index::{PvVolume, pv_volume};
-use crate::reconcile::{Context, register_and_report};
+use crate::backend::{BackendError, list_all_volumes};
 use crate::volume_path::VolumePath;
 
 pub mod plan;
+mod repair;
 
 pub use plan::{MigrationRecord, PassPlan, Repair, plan};
+pub use repair::RepairError;
 
 /// Why a pass could not run at all (a listing failed). Single repairs never fail a pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Listing PersistentVolumes failed.
-    #[error("full sync: listing PersistentVolumes: {0}")]
+    #[error("full sync: listing PersistentVolumes")]
     ListPvs(#[source] kube::Error),
     /// Listing CNS volumes failed.
-    #[error("full sync: listing CNS volumes: {0}")]
+    #[error("full sync: listing CNS volumes")]
     ListVolumes(#[source] BackendError),
 }
 
@@ -75,7 +74,9 @@ pub struct FullSync {
 }
 
 impl FullSync {
-    /// A full sync acting through `ctx`, reading VolumeMigrations from the controller's cache.
+    /// A full sync acting through `ctx`, reading VolumeMigrations from the controller's
+    /// cache. Once `shutdown` is cancelled no new pass or repair starts (in-flight repairs
+    /// finish).
     pub fn new(
         ctx: Arc<Context>,
         pvs: Api<PersistentVolume>,
@@ -95,34 +96,46 @@ impl FullSync {
         }
     }
 
-    /// Runs passes: when leadership is gained and then every `interval`, until `shutdown`.
+    /// Runs passes: when leadership is gained and then every `interval`, until shutdown.
     /// A pass in progress finishes its in-flight repairs but starts no new one.
-    pub async fn run(
-        self: Arc<Self>,
-        interval: Duration,
-        mut leader: watch::Receiver<bool>,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn run(self: Arc<Self>, interval: Duration, mut leader: watch::Receiver<bool>) {
+        let shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 became = leader.wait_for(|l| *l) => if became.is_err() { return },
             }
-            if let Err(e) = self.run_pass().await {
-                warn!(error = %e, "full sync pass failed; retrying at the next interval");
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-                _ = leader.wait_for(|l| !*l) => {}
+            // A new term starts the two-pass deletion rule afresh: what an earlier term saw
+            // missing may be long out of date (DESIGN.md §5).
+            self.forget_absent();
+            loop {
+                if let Err(e) = self.run_pass().await {
+                    warn!(error = %crate::error_chain(&e), "full sync pass failed; retrying at the next interval");
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = leader.wait_for(|l| !*l) => break,
+                }
+                if !*leader.borrow() {
+                    break;
+                }
             }
         }
+    }
+
+    /// Forgets which paths were missing their PVs (a new leadership term).
+    pub fn forget_absent(&self) {
+        self.absent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// One pass: list, join, repair.
     pub async fn run_pass(&self) -> Result<PassSummary, Error> {
         let started = Instant::now();
-        let result = self.pass().await;
+        let result = self.pass().instrument(info_span!("full_sync")).await;
         self.ctx
             .metrics
             .full_sync_pass(started.elapsed(), result.is_ok());
@@ -138,13 +151,13 @@ impl FullSync {
                 duration_ms = started.elapsed().as_millis() as u64,
                 "full sync pass"
             ),
-            Err(e) => warn!(error = %e, "full sync pass aborted"),
+            Err(e) => warn!(error = %crate::error_chain(e), "full sync pass aborted"),
         }
         result
     }
 
     async fn pass(&self) -> Result<PassSummary, Error> {
-        crate::pv_watcher::report_invalid_paths(&self.ctx).await;
+        super::pv_watcher::report_invalid_paths(&self.ctx).await;
         let pvs = self.list_pvs().await?;
         let volumes = list_all_volumes(self.ctx.registrar.backend().as_ref())
             .await
@@ -245,154 +258,21 @@ impl FullSync {
             .collect();
         self.ctx.metrics.set_volumes_by_phase(&counts);
     }
-
-    fn cached(&self, name: &str) -> Option<Arc<VolumeMigration>> {
-        self.migrations.get(&ObjectRef::new(name))
-    }
-
-    /// Makes one repair; returns false when it failed (logged; retried next pass).
-    async fn repair(&self, repair: &Repair, pvs: &HashMap<VolumePath, Vec<String>>) -> bool {
-        let ctx = &self.ctx;
-        let result: Result<(), String> = match repair {
-            Repair::CreateMigration(path) => {
-                ctx.metrics.full_sync_action(SyncAction::CreateMigration, 1);
-                ensure_migration(&ctx.migrations, path)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }
-            Repair::Retry(path) => {
-                ctx.metrics.full_sync_action(SyncAction::RetryFailed, 1);
-                match self.cached(&path.object_name()) {
-                    Some(vm) => {
-                        let users = pvs.get(path).cloned().unwrap_or_default();
-                        register_and_report(ctx, &vm, path, &users)
-                            .await
-                            .map_err(|e| e.to_string())
-                    }
-                    None => Ok(()),
-                }
-            }
-            Repair::ReRegister { path, missing_id } => {
-                ctx.metrics.full_sync_action(SyncAction::Reregister, 1);
-                self.reregister(path, missing_id).await
-            }
-            Repair::SetPvs { name, pvs } => {
-                ctx.metrics.full_sync_action(SyncAction::RemovePv, 1);
-                let patch = serde_json::json!({"status": {"persistentVolumes": pvs}});
-                crate::reconcile::patch_status(ctx, name, patch)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Repair::Duplicates {
-                name,
-                path,
-                keep,
-                others,
-            } => {
-                ctx.metrics.full_sync_action(SyncAction::Duplicate, 1);
-                self.report_duplicates(name, path, keep, others).await
-            }
-            Repair::DeleteMigration { name, path } => {
-                ctx.metrics.full_sync_action(SyncAction::DeleteMigration, 1);
-                info!(%path, %name, "no PV for two passes; deleting the VolumeMigration");
-                delete_migration(&ctx.migrations, name)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Repair::Orphan { id, path, collect } => {
-                ctx.metrics.full_sync_action(SyncAction::Orphan, 1);
-                if *collect {
-                    ctx.metrics.full_sync_action(SyncAction::GcOrphan, 1);
-                    self.collect_orphan(id, path.as_ref()).await
-                } else {
-                    warn!(volume_id = %id, "orphaned volmig CNS volume (kept; see --gc-orphans)");
-                    Ok(())
-                }
-            }
-        };
-        match result {
-            Ok(()) => true,
-            Err(e) => {
-                warn!(?repair, error = %e, "full sync repair failed");
-                false
-            }
-        }
-    }
-
-    async fn reregister(&self, path: &VolumePath, missing_id: &str) -> Result<(), String> {
-        let missing = VolumeId::from(missing_id);
-        let registration = self
-            .ctx
-            .registrar
-            .reregister(path, &missing)
-            .await
-            .map_err(|e| e.to_string())?;
-        if registration.volume_id != missing
-            && let Some(vm) = self.cached(&path.object_name())
-        {
-            let note = format!(
-                "CNS volume {missing} of {path} no longer exists; registered again as {}",
-                registration.volume_id
-            );
-            warn!(%path, old = %missing, new = %registration.volume_id, "re-registered");
-            self.ctx
-                .events
-                .migration(&vm, true, event_reason::RE_REGISTERED, note)
-                .await;
-        }
-        Ok(())
-    }
-
-    async fn report_duplicates(
-        &self,
-        name: &str,
-        path: &VolumePath,
-        keep: &str,
-        others: &[String],
-    ) -> Result<(), String> {
-        let patch = serde_json::json!({"status": {"duplicateVolumeIDs": others}});
-        crate::reconcile::patch_status(&self.ctx, name, patch)
-            .await
-            .map_err(|e| e.to_string())?;
-        warn!(%path, keep, ?others, "duplicate CNS volumes for one disk");
-        if let Some(vm) = self.cached(name) {
-            let note = format!(
-                "{} CNS volumes exist for {path}: keeping {keep}, duplicates {}",
-                others.len() + 1,
-                others.join(", ")
-            );
-            self.ctx
-                .events
-                .migration(&vm, true, event_reason::DUPLICATE_VOLUMES, note)
-                .await;
-        }
-        Ok(())
-    }
-
-    async fn collect_orphan(&self, id: &str, path: Option<&VolumePath>) -> Result<(), String> {
-        let Some(path) = path else {
-            return Err(format!("orphan {id} has no backing path; not collected"));
-        };
-        // Through the registrar: serialized with any registration of the same path.
-        self.ctx
-            .registrar
-            .unregister(path)
-            .await
-            .map_err(|e| e.to_string())?;
-        info!(volume_id = id, %path, "unregistered orphaned CNS volume (disk kept)");
-        Ok(())
-    }
 }
 
-/// What full sync needs of a cached VolumeMigration.
+/// What full sync needs of a cached VolumeMigration. An object whose name is not its
+/// path's (a name collision, DESIGN.md §2) gets no path: full sync never acts through it.
 pub fn record(vm: &VolumeMigration) -> MigrationRecord {
     let status = vm.status.clone().unwrap_or_default();
     let mut duplicates = status.duplicate_volume_ids.unwrap_or_default();
     duplicates.sort();
+    let name = vm.metadata.name.clone().unwrap_or_default();
     MigrationRecord {
-        name: vm.metadata.name.clone().unwrap_or_default(),
-        path: VolumePath::parse(&vm.spec.volume_path).ok(),
+        path: VolumePath::parse(&vm.spec.volume_path)
+            .ok()
+            .filter(|p| p.object_name() == name),
+        name,
+        version: vm.metadata.resource_version.clone(),
         phase: status.phase,
         volume_id: status.volume_id,
         pvs: status.persistent_volumes.unwrap_or_default(),

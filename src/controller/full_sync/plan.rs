@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::Phase;
 use crate::backend::CnsVolume;
-use crate::registrar::choose_adoptee;
+use crate::backend::selection::oldest;
 use crate::volume_path::{CNS_NAME_PREFIX, VolumePath};
 
 /// What full sync needs of one VolumeMigration.
@@ -13,7 +13,9 @@ use crate::volume_path::{CNS_NAME_PREFIX, VolumePath};
 pub struct MigrationRecord {
     /// Object name.
     pub name: String,
-    /// The spec path, when valid.
+    /// Its `resourceVersion` (writes decided from this record are conditional on it).
+    pub version: Option<String>,
+    /// The spec path, when valid and the object is named after it.
     pub path: Option<VolumePath>,
     /// Status phase.
     pub phase: Option<Phase>,
@@ -47,6 +49,8 @@ pub enum Repair {
         name: String,
         /// The PVs that use the path now.
         pvs: Vec<String>,
+        /// The version the list was decided on.
+        version: Option<String>,
     },
     /// Two or more CNS volumes for one disk.
     Duplicates {
@@ -75,6 +79,21 @@ pub enum Repair {
         /// Unregister it (`--gc-orphans`).
         collect: bool,
     },
+}
+
+impl Repair {
+    /// A short name of the repair, for spans and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Repair::CreateMigration(_) => "create_migration",
+            Repair::Retry(_) => "retry",
+            Repair::ReRegister { .. } => "reregister",
+            Repair::SetPvs { .. } => "set_pvs",
+            Repair::Duplicates { .. } => "duplicates",
+            Repair::DeleteMigration { .. } => "delete_migration",
+            Repair::Orphan { .. } => "orphan",
+        }
+    }
 }
 
 /// The outcome of planning one pass.
@@ -112,11 +131,20 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         .iter()
         .filter_map(|m| m.path.as_ref().map(|p| (p, m)))
         .collect();
+    // Volumes of one disk: same backing path, or volmig's name for the path (some vCenter
+    // versions report no backing path; two volumes carrying one volmig name are
+    // duplicates by construction).
+    let by_cns_name: HashMap<String, &VolumePath> =
+        by_path.keys().map(|p| (p.cns_volume_name(), *p)).collect();
     let mut volumes_by_path: HashMap<&VolumePath, Vec<&CnsVolume>> = HashMap::new();
     let mut live_ids: HashSet<&str> = HashSet::with_capacity(inputs.volumes.len());
     for v in inputs.volumes {
         live_ids.insert(&v.id.0);
-        if let Some(p) = &v.backing_path {
+        let disk = v
+            .backing_path
+            .as_ref()
+            .or_else(|| by_cns_name.get(&v.name).copied());
+        if let Some(p) = disk {
             volumes_by_path.entry(p).or_default().push(v);
         }
     }
@@ -135,6 +163,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             out.repairs.push(Repair::SetPvs {
                 name: m.name.clone(),
                 pvs: (*pvs).clone(),
+                version: m.version.clone(),
             });
         }
         match (&m.phase, &m.volume_id) {
@@ -212,11 +241,6 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             collect: inputs.gc_orphans,
         }));
     out
-}
-
-/// The oldest volume (no creation time sorts last), ignoring names.
-fn oldest(volumes: &[CnsVolume]) -> Option<&CnsVolume> {
-    choose_adoptee(volumes, "")
 }
 
 #[cfg(test)]

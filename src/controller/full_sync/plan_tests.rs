@@ -8,6 +8,7 @@ fn p(n: u32) -> VolumePath {
 fn migration(n: u32, phase: Option<Phase>, id: Option<&str>, pvs: &[&str]) -> MigrationRecord {
     MigrationRecord {
         name: p(n).object_name(),
+        version: Some("7".into()),
         path: Some(p(n)),
         phase,
         volume_id: id.map(Into::into),
@@ -118,7 +119,8 @@ fn stale_pv_list_is_rewritten() {
         out.repairs,
         [Repair::SetPvs {
             name: p(1).object_name(),
-            pvs: vec!["pv-1".into(), "pv-9".into()]
+            pvs: vec!["pv-1".into(), "pv-9".into()],
+            version: Some("7".into()),
         }]
     );
 }
@@ -269,4 +271,55 @@ fn large_join_is_linear_and_quiet() {
     let volumes: Vec<_> = (0..n).map(|i| volume(&format!("v{i}"), i, 1)).collect();
     let out = run(&pvs, &migrations, &volumes, &HashSet::new());
     assert!(out.repairs.is_empty());
+}
+
+#[test]
+fn duplicates_without_backing_path_are_found_by_volmig_name() {
+    // Measured with the simulator: when every first create reply is lost, two volumes
+    // carry volmig's name for one disk and CNS reports no backing path for either.
+    let blind = |id: &str, created| CnsVolume {
+        backing_path: None,
+        ..volume(id, 1, created)
+    };
+    let out = run(
+        &pvs(&[(1, &["pv-1"])]),
+        &[migration(
+            1,
+            Some(Phase::Registered),
+            Some("second"),
+            &["pv-1"],
+        )],
+        &[blind("first", 1), blind("second", 2)],
+        &HashSet::new(),
+    );
+    assert_eq!(out.duplicate_disks, 1);
+    assert_eq!(
+        out.repairs,
+        [Repair::Duplicates {
+            name: p(1).object_name(),
+            path: p(1),
+            keep: "second".into(),
+            others: vec!["first".into()],
+        }],
+        "the ID in the status is kept, the other is listed"
+    );
+}
+
+#[test]
+fn an_object_under_another_paths_name_is_never_acted_on() {
+    let mut squatter = migration(2, Some(Phase::Registered), Some("v2"), &[]);
+    squatter.path = None; // what `record` yields when the name is not the path's
+    let out = run(
+        &pvs(&[]),
+        &[squatter],
+        &[volume("v2", 2, 1)],
+        &[p(2)].into_iter().collect(),
+    );
+    assert!(
+        out.repairs
+            .iter()
+            .all(|r| !matches!(r, Repair::DeleteMigration { .. })),
+        "{:?}",
+        out.repairs
+    );
 }

@@ -1,8 +1,10 @@
-//! Capped exponential backoff with jitter, shared by the registrar (in-call retries) and
-//! the controller (requeue times).
+//! The one backoff of the crate: capped exponential delays with optional jitter, used by
+//! the registrar (in-call retries), the controller (requeue times) and leader election
+//! (watch and renewal retries, through kube-runtime's [`Backoff`] trait).
 
 use std::time::Duration;
 
+use kube::runtime::utils::Backoff;
 use rand::Rng;
 
 /// How often and how patiently to retry transient failures.
@@ -52,6 +54,39 @@ impl RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// A stateful sequence of delays (attempt 1, 2, ...), restartable with
+    /// [`Backoff::reset`].
+    pub fn delays(self) -> Delays {
+        Delays {
+            policy: self,
+            attempt: 0,
+        }
+    }
+}
+
+/// The delays of a [`RetryPolicy`], one per failure; endless.
+#[derive(Debug, Clone)]
+pub struct Delays {
+    policy: RetryPolicy,
+    attempt: u32,
+}
+
+impl Iterator for Delays {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.attempt = self.attempt.saturating_add(1);
+        Some(self.policy.delay(self.attempt))
+    }
+}
+
+impl Backoff for Delays {
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +104,21 @@ mod tests {
         assert_eq!(p.base_delay(4), Duration::from_millis(800));
         assert_eq!(p.base_delay(5), Duration::from_secs(1));
         assert_eq!(p.base_delay(1000), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn delays_double_and_reset() {
+        let mut delays = RetryPolicy {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(300),
+            attempts_per_call: 1,
+            jitter: false,
+        }
+        .delays();
+        let first: Vec<u128> = delays.by_ref().take(4).map(|d| d.as_millis()).collect();
+        assert_eq!(first, [100, 200, 300, 300]);
+        delays.reset();
+        assert_eq!(delays.next(), Some(Duration::from_millis(100)));
     }
 
     #[test]

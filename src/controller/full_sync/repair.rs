@@ -1,0 +1,225 @@
+//! The repairs of a full-sync pass (DESIGN.md §6), one at a time; a failed repair is
+//! logged and counted, never a reason to abort the pass.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::runtime::reflector::ObjectRef;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{FullSync, Repair};
+use crate::api::VolumeMigration;
+use crate::backend::VolumeId;
+use crate::k8s::events::{EventType, reason as event_reason};
+use crate::k8s::migrations::{EnsureError, delete_migration, ensure_migration};
+use crate::k8s::status::{StatusChange, WriteError};
+use crate::metrics::SyncAction;
+use crate::registrar::RegisterError;
+use crate::volume_path::VolumePath;
+
+/// Why one repair failed (it is tried again by the next pass).
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    /// Creating a VolumeMigration failed (or its name is taken by another path).
+    #[error("creating the VolumeMigration")]
+    Create(#[source] EnsureError),
+    /// The registrar failed.
+    #[error("registering")]
+    Register(#[source] RegisterError),
+    /// A status write failed.
+    #[error("writing the status")]
+    WriteStatus(#[source] WriteError),
+    /// Deleting a VolumeMigration failed.
+    #[error("deleting VolumeMigration {name}")]
+    Delete {
+        /// The object.
+        name: String,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// An orphan without a backing path cannot be serialized with its path's work.
+    #[error("orphan {0} has no backing path; not collected")]
+    OrphanWithoutPath(String),
+}
+
+impl FullSync {
+    fn cached(&self, name: &str) -> Option<Arc<VolumeMigration>> {
+        self.migrations.get(&ObjectRef::new(name))
+    }
+
+    /// Makes one repair; returns false when it failed (logged; retried next pass).
+    pub(super) async fn repair(
+        &self,
+        repair: &Repair,
+        pvs: &HashMap<VolumePath, Vec<String>>,
+    ) -> bool {
+        let span = info_span!("repair", kind = repair.kind());
+        match self.repair_one(repair, pvs).instrument(span).await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(?repair, error = %crate::error_chain(&e), "full sync repair failed");
+                false
+            }
+        }
+    }
+
+    async fn repair_one(
+        &self,
+        repair: &Repair,
+        pvs: &HashMap<VolumePath, Vec<String>>,
+    ) -> Result<(), RepairError> {
+        let ctx = &self.ctx;
+        match repair {
+            Repair::CreateMigration(path) => {
+                ctx.metrics.full_sync_action(SyncAction::CreateMigration, 1);
+                match ensure_migration(&ctx.migrations, path).await {
+                    Ok(_) => Ok(()),
+                    Err(e @ EnsureError::NameCollision { .. }) => {
+                        for pv in pvs.get(path).into_iter().flatten() {
+                            super::super::pv_watcher::report_name_collision(ctx, pv, &e).await;
+                        }
+                        Err(RepairError::Create(e))
+                    }
+                    Err(e) => Err(RepairError::Create(e)),
+                }
+            }
+            Repair::Retry(path) => {
+                ctx.metrics.full_sync_action(SyncAction::RetryFailed, 1);
+                let Some(vm) = self.cached(&path.object_name()) else {
+                    return Ok(());
+                };
+                let users = pvs.get(path).cloned().unwrap_or_default();
+                super::super::outcome::register_and_report(ctx, &vm, path, &users)
+                    .await
+                    .map_err(RepairError::Register)
+            }
+            Repair::ReRegister { path, missing_id } => {
+                ctx.metrics.full_sync_action(SyncAction::Reregister, 1);
+                self.reregister(path, missing_id).await
+            }
+            Repair::SetPvs { name, pvs, version } => {
+                ctx.metrics.full_sync_action(SyncAction::RemovePv, 1);
+                let change = StatusChange::PersistentVolumes {
+                    pvs: pvs.clone(),
+                    observed_generation: self.cached(name).and_then(|vm| vm.metadata.generation),
+                    pending: false,
+                };
+                ctx.status
+                    .write(name, &change, version.as_deref())
+                    .await
+                    .map(drop)
+                    .map_err(RepairError::WriteStatus)
+            }
+            Repair::Duplicates {
+                name,
+                path,
+                keep,
+                others,
+            } => {
+                ctx.metrics.full_sync_action(SyncAction::Duplicate, 1);
+                self.report_duplicates(name, path, keep, others).await
+            }
+            Repair::DeleteMigration { name, path } => {
+                ctx.metrics.full_sync_action(SyncAction::DeleteMigration, 1);
+                info!(%path, %name, "no PV for two passes; deleting the VolumeMigration");
+                delete_migration(&ctx.migrations, name)
+                    .await
+                    .map_err(|source| RepairError::Delete {
+                        name: name.clone(),
+                        source,
+                    })
+            }
+            Repair::Orphan { id, path, collect } => {
+                ctx.metrics.full_sync_action(SyncAction::Orphan, 1);
+                if *collect {
+                    ctx.metrics.full_sync_action(SyncAction::GcOrphan, 1);
+                    self.collect_orphan(id, path.as_ref()).await
+                } else {
+                    warn!(volume_id = %id, "orphaned volmig CNS volume (kept; see --gc-orphans)");
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    async fn reregister(&self, path: &VolumePath, missing_id: &str) -> Result<(), RepairError> {
+        let missing = VolumeId::from(missing_id);
+        let registration = self
+            .ctx
+            .registrar
+            .reregister(path, &missing)
+            .await
+            .map_err(RepairError::Register)?;
+        if registration.volume_id != missing
+            && let Some(vm) = self.cached(&path.object_name())
+        {
+            let note = format!(
+                "CNS volume {missing} of {path} no longer exists; registered again as {}",
+                registration.volume_id
+            );
+            warn!(%path, old = %missing, new = %registration.volume_id, "re-registered");
+            self.ctx
+                .events
+                .on_migration(&vm, EventType::Warning, event_reason::RE_REGISTERED, note)
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn report_duplicates(
+        &self,
+        name: &str,
+        path: &VolumePath,
+        keep: &str,
+        others: &[String],
+    ) -> Result<(), RepairError> {
+        let change = StatusChange::Duplicates {
+            ids: others.to_vec(),
+        };
+        self.ctx
+            .status
+            .write(name, &change, None)
+            .await
+            .map_err(RepairError::WriteStatus)?;
+        warn!(%path, keep, ?others, "duplicate CNS volumes for one disk");
+        if let Some(vm) = self.cached(name) {
+            let note = format!(
+                "{} CNS volumes exist for {path}: keeping {keep}, duplicates {}",
+                others.len() + 1,
+                others.join(", ")
+            );
+            self.ctx
+                .events
+                .on_migration(
+                    &vm,
+                    EventType::Warning,
+                    event_reason::DUPLICATE_VOLUMES,
+                    note,
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn collect_orphan(&self, id: &str, path: Option<&VolumePath>) -> Result<(), RepairError> {
+        let Some(path) = path else {
+            return Err(RepairError::OrphanWithoutPath(id.to_owned()));
+        };
+        if !self.ctx.index.pvs_for(path).is_empty() {
+            info!(volume_id = id, %path, "orphan is used by a PV again; kept");
+            return Ok(());
+        }
+        // Through the registrar: serialized with any registration of the same path, and
+        // re-checked there against the current status (the plan may be stale).
+        let collected = self
+            .ctx
+            .registrar
+            .collect_orphan(path, &VolumeId::from(id))
+            .await
+            .map_err(RepairError::Register)?;
+        if collected {
+            info!(volume_id = id, %path, "unregistered orphaned CNS volume (disk kept)");
+        }
+        Ok(())
+    }
+}

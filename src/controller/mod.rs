@@ -1,0 +1,61 @@
+//! The controller: everything that turns what the cluster says into registrar calls.
+//!
+//! - [`pv_index`] and [`pv_watcher`] keep a name → path index of in-tree PVs on every
+//!   replica and, on the leader, create the VolumeMigration of each path;
+//! - [`reconcile`] drives one VolumeMigration: read → [`decide`] (pure) → act → record;
+//! - [`full_sync`] repairs every difference between PVs, VolumeMigrations and CNS;
+//! - [`outcome`] reports what a registration did (metrics and Events), for both.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
+
+use crate::api::VolumeMigration;
+use crate::k8s::events::Events;
+use crate::k8s::status::StatusWriter;
+use crate::metrics::Metrics;
+use crate::registrar::{LeaderGate, Registrar};
+
+pub mod decide;
+mod error;
+pub mod full_sync;
+pub mod outcome;
+pub mod pv_index;
+pub mod pv_watcher;
+pub mod reconcile;
+
+pub use decide::{Observed, Plan, Step, decide};
+pub use error::{Error, Result};
+pub use pv_index::PvIndex;
+
+/// What to do when no PV references a registered vmdk any longer (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PvDeletePolicy {
+    /// Unregister the CNS volume (`deleteDisk=false`: the vmdk stays).
+    Unregister,
+    /// Keep the CNS volume registered.
+    Keep,
+}
+
+/// What every reconciliation, the PV watcher and full sync share.
+pub struct Context {
+    /// VolumeMigrations, cluster-wide.
+    pub migrations: Api<VolumeMigration>,
+    /// The one status writer.
+    pub status: StatusWriter,
+    /// The only component that registers.
+    pub registrar: Arc<Registrar>,
+    /// In-tree PVs by path.
+    pub index: Arc<PvIndex>,
+    /// Whether this replica leads.
+    pub leader: LeaderGate,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Event publisher.
+    pub events: Events,
+    /// `--on-pv-delete`.
+    pub on_pv_delete: PvDeletePolicy,
+    /// Requeue delay after a failed reconciliation (transient errors).
+    pub error_requeue: Duration,
+}

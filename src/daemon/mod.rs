@@ -1,0 +1,227 @@
+//! `volmig run`: wires the registrar, the PV watcher, the reconciler, full sync, leader
+//! election and the HTTP endpoints together, and shuts them down in order on SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::watcher;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::api::VolumeMigration;
+use crate::backend::VolumeBackend;
+use crate::backend::cns::{CnsBackend, CnsConfig};
+use crate::backend::metered::MeteredBackend;
+use crate::backend::on_demand::OnDemandBackend;
+use crate::cli::RunArgs;
+use crate::controller::full_sync::FullSync;
+use crate::controller::pv_watcher::PvWatcher;
+use crate::controller::{Context, PvIndex, reconcile};
+use crate::http::{self, Health};
+use crate::k8s::events::Events;
+use crate::k8s::status::{KubeStatusStore, StatusWriter};
+use crate::leader::default_holder_id;
+use crate::metrics::Metrics;
+use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
+
+mod leadership;
+mod readiness;
+
+/// How long in-flight work may take to finish after SIGTERM before it is abandoned (a
+/// create abandoned in flight is covered by its `Registering` marker: the next leader
+/// waits out its grace).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+pub use crate::k8s::client::{kube_client, kube_client_as, user_agent};
+
+fn cns_backend(
+    args: &RunArgs,
+    metrics: &Metrics,
+    holder_id: &str,
+) -> anyhow::Result<Arc<dyn VolumeBackend>> {
+    let credentials = crate::credentials::load(args.vc_credentials_file.as_deref())?;
+    let mut config = CnsConfig::new(
+        args.vc_url.clone(),
+        credentials.username,
+        credentials.password,
+    );
+    config.user_agent = user_agent(holder_id);
+    config.request_timeout = args.vc_request_timeout;
+    config.task_timeout = args.vc_task_timeout;
+    config.ca_file = args.vc_ca_file.clone();
+    config.insecure = args.vc_insecure;
+    config.datacenters = args.datacenters.clone();
+    let connect = move || {
+        let config = config.clone();
+        async move {
+            let backend = CnsBackend::connect(config).await?;
+            Ok(Arc::new(backend) as Arc<dyn VolumeBackend>)
+        }
+    };
+    let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(connect));
+    Ok(Arc::new(MeteredBackend::new(on_demand, metrics.clone())))
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // One identity for the Lease, the User-Agent, Events and write-ahead tokens.
+    let holder_id = args
+        .lease_holder_id
+        .clone()
+        .unwrap_or_else(default_holder_id);
+    let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(&holder_id)).await?;
+    let metrics = Metrics::new();
+    let health = Health::new();
+    health.set_not_ready("caches not synced yet");
+    let shutdown = CancellationToken::new();
+
+    let (http_addr, http_task) = http::serve(
+        args.http_addr,
+        metrics.clone(),
+        health.clone(),
+        shutdown.clone().cancelled_owned(),
+    )
+    .await?;
+    info!(address = %http_addr, "HTTP endpoints up");
+
+    let leader = leadership::start(&args, &client, &holder_id, &metrics).await?;
+    if args.vc_insecure {
+        warn!("TLS verification of vCenter is disabled (--vc-insecure)");
+    }
+    let (grace, raised) = args.effective_in_flight_grace();
+    if raised {
+        warn!(
+            ?grace,
+            "--in-flight-grace raised to the request timeout plus the task timeout"
+        );
+    }
+    let backend = cns_backend(&args, &metrics, &holder_id)?;
+    let registrar = Arc::new(Registrar::new(
+        backend,
+        Arc::new(KubeStatusStore::new(client.clone())),
+        RegistrarConfig::new(args.cluster_id.clone())
+            .with_max_concurrent(usize::from(args.max_concurrent_registrations))
+            .with_rate_limit(Some(args.vc_requests_per_second))
+            .with_retry(RetryPolicy::default())
+            .with_leader(leader.gate.clone())
+            .with_in_flight_grace(grace)
+            .with_instance(holder_id.clone()),
+    ));
+
+    let migrations: Api<VolumeMigration> = Api::all(client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let ctx = Arc::new(Context {
+        migrations: migrations.clone(),
+        status: StatusWriter::new(client.clone()),
+        registrar,
+        index: Arc::new(PvIndex::default()),
+        leader: leader.gate.clone(),
+        metrics: metrics.clone(),
+        events: Events::new(client.clone(), &holder_id),
+        on_pv_delete: args.on_pv_delete.into(),
+        error_requeue: Duration::from_secs(5),
+    });
+
+    let controller = Controller::new(migrations, watcher::Config::default());
+    let cache = controller.store();
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
+    let controller_task = tokio::spawn(
+        controller
+            .reconcile_on(trigger_rx)
+            .reconcile_all_on(leadership::gained(leader.watch.clone()))
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+            .for_each(|_| async {})
+            .instrument(info_span!("controller")),
+    );
+    let pv_task = tokio::spawn(
+        PvWatcher {
+            ctx: ctx.clone(),
+            migrations: cache.clone(),
+            trigger: trigger_tx,
+        }
+        .run(pvs.clone(), shutdown.clone())
+        .instrument(info_span!("pv_watcher")),
+    );
+
+    // Ready once both caches hold the initial lists; full sync starts then.
+    let full_sync = Arc::new(FullSync::new(
+        ctx.clone(),
+        pvs,
+        cache.clone(),
+        args.gc_orphans,
+        usize::from(args.max_concurrent_registrations),
+        shutdown.clone(),
+    ));
+    let sync_task = {
+        let (health, index, shutdown) = (health.clone(), ctx.index.clone(), shutdown.clone());
+        let (interval, leader_rx) = (args.full_sync_interval, leader.watch.clone());
+        tokio::spawn(
+            async move {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = readiness::caches_synced(&cache, &index) => {}
+                }
+                health.set_ready(true);
+                info!("caches synced; ready");
+                full_sync.run(interval, leader_rx).await;
+            }
+            .instrument(info_span!("full_sync_loop")),
+        )
+    };
+
+    wait_for_signal().await;
+    info!("shutting down: no new work; letting in-flight registrations record their status");
+    health.set_not_ready("shutting down");
+    // Calls already in flight finish and record their status; no new one starts.
+    leader.gate.close();
+    shutdown.cancel();
+    drain([controller_task, sync_task, pv_task]).await;
+    if let Err(e) = leader.leadership.release().await {
+        warn!(error = %e, "could not release the lease; a follower takes over when it expires");
+    }
+    let _ = http_task.await;
+    info!("stopped");
+    Ok(())
+}
+
+/// Waits up to [`SHUTDOWN_GRACE`] for the tasks, then abandons them: nothing of this
+/// process runs when the Lease is released.
+async fn drain(tasks: [JoinHandle<()>; 3]) {
+    let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(tasks)).await;
+    if drained.is_err() {
+        warn!(grace = ?SHUTDOWN_GRACE, "in-flight work did not finish in time; abandoning it");
+        for abort in aborts {
+            abort.abort();
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the daemon");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

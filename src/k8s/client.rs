@@ -1,0 +1,39 @@
+//! Kubernetes clients: from `--kubeconfig`, else in-cluster / `KUBECONFIG` /
+//! `~/.kube/config`, with a User-Agent that names the replica.
+
+use anyhow::Context as _;
+
+use crate::backend::cns::DEFAULT_USER_AGENT;
+
+/// The User-Agent of every request a replica makes (Kubernetes and vCenter), naming its
+/// lease holder ID so audit logs can tell replicas apart.
+pub fn user_agent(holder_id: &str) -> String {
+    format!("{DEFAULT_USER_AGENT} ({holder_id})")
+}
+
+/// Builds a client from `--kubeconfig`, else in-cluster / `KUBECONFIG` / `~/.kube/config`.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    kube_client_as(kubeconfig, DEFAULT_USER_AGENT).await
+}
+
+/// [`kube_client`] with a given User-Agent.
+pub async fn kube_client_as(
+    kubeconfig: Option<&std::path::Path>,
+    agent: &str,
+) -> anyhow::Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "finding a Kubernetes configuration (in-cluster, KUBECONFIG, ~/.kube/config)",
+        )?,
+    };
+    let agent = ::http::HeaderValue::from_str(agent).context("User-Agent header")?;
+    config.headers.push((::http::header::USER_AGENT, agent));
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}

@@ -1,0 +1,109 @@
+//! When may a create that might still be running in vCenter be presumed ended
+//! (DESIGN.md §4.8, §4.10)?
+//!
+//! A `Registering` marker carries a token unique to one write-ahead. The grace of a marker
+//! is measured on this process's monotonic clock: from the moment this process sent the
+//! create (its own markers), or from the moment it first saw the token (markers of another
+//! replica or of a process that died). Wall clocks of two machines are never compared.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::volume_path::VolumePath;
+
+/// The markers this process knows of, one per path (entries go when the path resolves).
+#[derive(Default)]
+pub struct InFlight {
+    seen: Mutex<HashMap<VolumePath, (String, Instant)>>,
+}
+
+impl InFlight {
+    fn map(&self) -> MutexGuard<'_, HashMap<VolumePath, (String, Instant)>> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that this process sends a create under `token` now.
+    pub fn started(&self, path: &VolumePath, token: &str) {
+        self.map()
+            .insert(path.clone(), (token.to_owned(), Instant::now()));
+    }
+
+    /// When the create under `token` may be presumed ended: `grace` after it was sent (own
+    /// token) or first seen (any other token; seeing it starts the clock).
+    pub fn deadline(&self, path: &VolumePath, token: &str, grace: Duration) -> Instant {
+        let mut map = self.map();
+        let entry = map
+            .entry(path.clone())
+            .or_insert_with(|| (token.to_owned(), Instant::now()));
+        if entry.0 != token {
+            *entry = (token.to_owned(), Instant::now());
+        }
+        entry.1 + grace
+    }
+
+    /// True while a create of `path` that this process knows of may still be running.
+    pub fn in_doubt(&self, path: &VolumePath, grace: Duration) -> bool {
+        self.map()
+            .get(path)
+            .is_some_and(|(_, since)| *since + grace > Instant::now())
+    }
+
+    /// The path resolved (registered, failed for certain, or unregistered).
+    pub fn forget(&self, path: &VolumePath) {
+        self.map().remove(path);
+    }
+
+    /// Paths with a known marker (0 when idle: entries never leak).
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// True when no marker is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path() -> VolumePath {
+        VolumePath::parse("[ds] a.vmdk").unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_foreign_token_starts_the_clock_when_first_seen() {
+        let inflight = InFlight::default();
+        let grace = Duration::from_secs(60);
+        tokio::time::advance(Duration::from_secs(500)).await;
+        let first = inflight.deadline(&path(), "other/1", grace);
+        assert_eq!(first, Instant::now() + grace);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            inflight.deadline(&path(), "other/1", grace),
+            first,
+            "seeing the same token again does not restart the clock"
+        );
+        let second = inflight.deadline(&path(), "other/2", grace);
+        assert_eq!(second, Instant::now() + grace, "a new token restarts it");
+        assert!(inflight.in_doubt(&path(), grace));
+        tokio::time::advance(grace).await;
+        assert!(!inflight.in_doubt(&path(), grace));
+        inflight.forget(&path());
+        assert!(inflight.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn own_token_counts_from_the_send() {
+        let inflight = InFlight::default();
+        let grace = Duration::from_secs(60);
+        inflight.started(&path(), "me/1");
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(45)).await;
+        assert_eq!(inflight.deadline(&path(), "me/1", grace), sent + grace);
+    }
+}
