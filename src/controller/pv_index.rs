@@ -29,6 +29,30 @@ pub fn pv_volume(pv: &PersistentVolume) -> Option<PvVolume> {
     })
 }
 
+/// How a PV spells its path and when it was created: what the driver's cache is keyed by
+/// (DESIGN.md §8). The raw spelling is kept only when it differs from the canonical one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spelling {
+    /// The raw `volumePath`, when not already canonical.
+    pub raw: Option<Box<str>>,
+    /// Creation time of the PV (seconds since the epoch; 0 when unknown).
+    pub created: i64,
+}
+
+/// The spelling of an in-tree vSphere PV with a valid path.
+pub fn pv_spelling(pv: &PersistentVolume) -> Option<Spelling> {
+    let raw = &pv.spec.as_ref()?.vsphere_volume.as_ref()?.volume_path;
+    let canonical = VolumePath::parse(raw).ok()?.canonical();
+    Some(Spelling {
+        raw: (canonical != *raw).then(|| raw.as_str().into()),
+        created: pv
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+    })
+}
+
 /// What changed when a PV was recorded or removed: paths whose PV lists changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct IndexChange {
@@ -40,6 +64,7 @@ pub struct IndexChange {
 struct State {
     by_pv: HashMap<String, PvVolume>,
     by_path: HashMap<VolumePath, BTreeSet<String>>,
+    spellings: HashMap<String, Spelling>,
     /// PVs with an invalid path not yet reported with a Warning Event.
     unreported_invalid: BTreeMap<String, PathError>,
     synced: bool,
@@ -56,12 +81,58 @@ impl PvIndex {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Records a PV as it is now: its path and how it spells it.
+    pub fn upsert_pv(&self, pv: &PersistentVolume) -> IndexChange {
+        let Some(name) = pv.metadata.name.as_deref() else {
+            return IndexChange::default();
+        };
+        let change = self.upsert(name, pv_volume(pv));
+        let mut s = self.lock();
+        match pv_spelling(pv) {
+            Some(spelling) if spelling != Spelling::default() => {
+                s.spellings.insert(name.to_owned(), spelling);
+            }
+            _ => {
+                s.spellings.remove(name);
+            }
+        }
+        change
+    }
+
+    /// The raw spellings of `path` by its PVs, oldest PV first, without repeats.
+    pub fn spellings_for(&self, path: &VolumePath) -> Vec<String> {
+        let s = self.lock();
+        let mut pvs: Vec<(i64, &String)> = s
+            .by_path
+            .get(path)
+            .into_iter()
+            .flatten()
+            .map(|name| (s.spellings.get(name).map_or(0, |sp| sp.created), name))
+            .collect();
+        pvs.sort();
+        let mut out: Vec<String> = Vec::with_capacity(pvs.len());
+        for (_, name) in pvs {
+            let raw = s
+                .spellings
+                .get(name)
+                .and_then(|sp| sp.raw.as_deref())
+                .map_or_else(|| path.canonical(), str::to_owned);
+            if !out.contains(&raw) {
+                out.push(raw);
+            }
+        }
+        out
+    }
+
     /// Records what PV `name` says now (`None`: not an in-tree vSphere PV).
     pub fn upsert(&self, name: &str, volume: Option<PvVolume>) -> IndexChange {
         let mut s = self.lock();
         let old = match volume.clone() {
             Some(v) => s.by_pv.insert(name.to_owned(), v),
-            None => s.by_pv.remove(name),
+            None => {
+                s.spellings.remove(name);
+                s.by_pv.remove(name)
+            }
         };
         if old == volume {
             return IndexChange::default();
@@ -169,6 +240,39 @@ mod tests {
 
     fn valid(p: &str) -> Option<PvVolume> {
         Some(PvVolume::Valid(VolumePath::parse(p).unwrap()))
+    }
+
+    fn pv(name: &str, raw: &str, created: i64) -> PersistentVolume {
+        let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"vsphereVolume": {"volumePath": raw}},
+        }))
+        .unwrap();
+        pv.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(created).unwrap(),
+            ),
+        );
+        pv
+    }
+
+    #[test]
+    fn spellings_are_raw_oldest_first_and_leave_with_their_pv() {
+        let index = PvIndex::default();
+        index.upsert_pv(&pv("pv-new", "[/DC0/datastore/ds]  k//a.vmdk", 300));
+        index.upsert_pv(&pv("pv-old", "[ds] k/a.vmdk", 100));
+        index.upsert_pv(&pv("pv-mid", "[ds] k/a.vmdk", 200));
+        let path = VolumePath::parse("[ds] k/a.vmdk").unwrap();
+        assert_eq!(
+            index.spellings_for(&path),
+            vec!["[ds] k/a.vmdk".to_owned(), "[/DC0/datastore/ds]  k//a.vmdk".to_owned()]
+        );
+        index.remove("pv-new");
+        assert_eq!(index.spellings_for(&path), vec!["[ds] k/a.vmdk".to_owned()]);
+        index.remove("pv-old");
+        index.remove("pv-mid");
+        assert!(index.spellings_for(&path).is_empty());
+        assert!(index.lock().spellings.is_empty(), "no spelling outlives its PV");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Context;
-use super::pv_index::{IndexChange, pv_volume};
+use super::pv_index::IndexChange;
 use crate::api::VolumeMigration;
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::{EnsureError, ensure_migration, tracks};
@@ -84,7 +84,7 @@ impl PvWatcher {
         let Some(name) = pv.metadata.name.as_deref() else {
             return;
         };
-        let change: IndexChange = self.ctx.index.upsert(name, pv_volume(pv));
+        let change: IndexChange = self.ctx.index.upsert_pv(pv);
         for path in &change.touched {
             self.trigger_reconcile(path);
         }

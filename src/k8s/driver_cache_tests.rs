@@ -1,0 +1,91 @@
+use super::*;
+
+fn id() -> VolumeId {
+    VolumeId::from("6b1d0f0e-3a0c-4c8e-9d2c-0f7e0e6f1a11")
+}
+
+fn spec(raw: &str, protected: bool) -> CnsVSphereVolumeMigrationSpec {
+    CnsVSphereVolumeMigrationSpec {
+        volumepath: raw.into(),
+        volumeid: id().0,
+        protectvolumefromvmdelete: protected,
+    }
+}
+
+#[test]
+fn oldest_spelling_is_named_by_the_id_others_get_a_hash_suffix() {
+    let spellings = vec![
+        "[LocalDS_0] kubevols/a.vmdk".to_owned(),
+        "[/DC0/datastore/LocalDS_0] kubevols//a.vmdk".to_owned(),
+        "[LocalDS_0] kubevols/a.vmdk".to_owned(),
+    ];
+    let desired = desired_objects(&id(), &spellings, true);
+    assert_eq!(desired.len(), 2, "one object per distinct spelling");
+    assert_eq!(desired[&id().0], spec("[LocalDS_0] kubevols/a.vmdk", true));
+    let alias = object_name(&id(), &spellings[1], false);
+    assert_eq!(alias.len(), id().0.len() + 9);
+    assert!(alias.starts_with(&format!("{}-", id().0)));
+    assert_eq!(desired[&alias].volumepath, spellings[1], "raw, not canonical");
+    assert_eq!(alias, object_name(&id(), &spellings[1], false), "deterministic");
+}
+
+#[test]
+fn in_sync_objects_need_no_change() {
+    let desired = desired_objects(&id(), &["[ds] a.vmdk".to_owned()], true);
+    assert!(plan_changes(&id(), &desired, &desired).is_empty());
+}
+
+#[test]
+fn changes_create_update_and_delete_only_this_ids_objects() {
+    let spellings = vec!["[ds] a.vmdk".to_owned(), "[ds]  a.vmdk".to_owned()];
+    let desired = desired_objects(&id(), &spellings, true);
+    let stale_alias = object_name(&id(), "[ds] old//a.vmdk", false);
+    let existing: BTreeMap<_, _> = [
+        (id().0, spec("[ds] a.vmdk", false)),
+        (stale_alias.clone(), spec("[ds] old//a.vmdk", true)),
+        // Another ID's object, and a name that only looks similar: never touched.
+        ("other-id".to_owned(), spec("[ds] a.vmdk", true)),
+        (format!("{}-driver-made", id().0), spec("[ds] a.vmdk", true)),
+    ]
+    .into_iter()
+    .collect();
+    let changes = plan_changes(&id(), &desired, &existing);
+    let alias = object_name(&id(), &spellings[1], false);
+    assert_eq!(
+        changes,
+        vec![
+            DriverChange::Create(alias, spec("[ds]  a.vmdk", true)),
+            DriverChange::Update(id().0, spec("[ds] a.vmdk", true)),
+            DriverChange::Delete(stale_alias),
+        ]
+    );
+    assert!(plan_changes(&id(), &BTreeMap::new(), &existing)
+        .iter()
+        .all(|c| matches!(c, DriverChange::Delete(n) if n.starts_with(&id().0) && !n.ends_with("made"))));
+}
+
+#[test]
+fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
+    let index = DriverIndex::default();
+    let path = VolumePath::parse("[ds] k/a.vmdk").unwrap();
+    index.upsert("driver-1", &CnsVSphereVolumeMigrationSpec {
+        volumepath: "[/DC0/datastore/ds] k//a.vmdk".into(),
+        volumeid: "vol-1".into(),
+        protectvolumefromvmdelete: false,
+    });
+    index.upsert("bad", &CnsVSphereVolumeMigrationSpec {
+        volumepath: "not a path".into(),
+        volumeid: "vol-x".into(),
+        protectvolumefromvmdelete: false,
+    });
+    assert_eq!(index.ids_for(&path), vec![VolumeId::from("vol-1")]);
+    index.upsert("driver-1", &CnsVSphereVolumeMigrationSpec {
+        volumepath: "[ds] k/b.vmdk".into(),
+        volumeid: "vol-1".into(),
+        protectvolumefromvmdelete: false,
+    });
+    assert!(index.ids_for(&path).is_empty(), "moved to another path");
+    index.remove("driver-1");
+    index.remove("bad");
+    assert!(index.is_empty());
+}
