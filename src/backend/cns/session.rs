@@ -12,7 +12,7 @@ use crate::backend::{BackendError, ErrorClass};
 
 use super::Password;
 use super::fault::{self, names};
-use super::soap::{self, CNS_NS, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
+use super::soap::{self, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
 use super::transport::{Endpoint, SESSION_COOKIE, Transport};
 use super::vim::{Login, Logout, RetrieveServiceContent, ServiceContent, UserSession};
 
@@ -217,10 +217,7 @@ impl SoapClient {
         method: &str,
         body: &B,
     ) -> Result<T, BackendError> {
-        let namespace = match endpoint {
-            Endpoint::Sdk => VIM_NS,
-            Endpoint::Cns => CNS_NS,
-        };
+        let namespace = endpoint.namespace();
         let xml = serialize(operation, method, namespace, body)?;
         let mut relogged = false;
         loop {
@@ -246,16 +243,13 @@ impl SoapClient {
         xml: &str,
         cookie: Option<&str>,
     ) -> Result<T, BackendError> {
-        let header = match endpoint {
-            Endpoint::Cns => cookie.map(unquote),
-            Endpoint::Sdk => None,
-        };
+        let header = cookie.filter(|_| endpoint.session_header()).map(unquote);
         let (_, body) = self
             .transport
             .post(
                 endpoint,
                 operation,
-                &self.soap_action,
+                &endpoint.soap_action(&self.soap_action),
                 envelope(xml, header),
                 cookie,
             )
