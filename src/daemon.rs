@@ -72,25 +72,55 @@ fn cns_backend(
     metrics: &Metrics,
     holder_id: &str,
 ) -> anyhow::Result<Arc<dyn VolumeBackend>> {
-    let credentials = crate::credentials::load(args.vc_credentials_file.as_deref())?;
-    let mut config = CnsConfig::new(
-        args.vc_url.clone(),
-        credentials.username,
-        credentials.password,
+    let settings = crate::vcenter_config::resolve(args)?;
+    for warning in &settings.warnings {
+        warn!("{warning}");
+    }
+    let source = settings.credentials.clone();
+    // Unreadable credentials are a start-up error; later they are read again at each login.
+    let first = source.load()?;
+    info!(
+        vcenter = %settings.url,
+        user = %first.username,
+        credentials = %source.describe(),
+        cluster_id = %settings.cluster_id,
+        "vCenter configuration"
     );
-    config.user_agent = user_agent(holder_id);
-    config.ca_file = args.vc_ca_file.clone();
-    config.insecure = args.vc_insecure;
-    config.datacenters = args.datacenters.clone();
+    let mut template = CnsConfig::new(settings.url.clone(), first.username, first.password);
+    template.user_agent = user_agent(holder_id);
+    template.ca_file = settings.ca_file.clone();
+    template.insecure = settings.insecure;
+    template.datacenters = settings.datacenters.clone();
+    let probe = source.clone();
     let connect = move || {
-        let config = config.clone();
+        let mut config = template.clone();
+        let source = source.clone();
         async move {
+            let credentials = source.load().map_err(|e| {
+                crate::backend::BackendError::new(
+                    crate::backend::ErrorClass::Transient,
+                    "Login",
+                    "CredentialsUnreadable",
+                    e.to_string(),
+                )
+            })?;
+            config.username = credentials.username;
+            config.password = credentials.password;
             let backend = CnsBackend::connect(config).await?;
             Ok(Arc::new(backend) as Arc<dyn VolumeBackend>)
         }
     };
-    let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(connect));
+    let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(
+        connect,
+        move || probe.version(),
+        crate::backend::on_demand::LoginBackoff::default(),
+    ));
     Ok(Arc::new(MeteredBackend::new(on_demand, metrics.clone())))
+}
+
+/// The CNS cluster ID: `--cluster-id`, else `cluster-id` of `--csi-config`.
+fn cluster_id(args: &RunArgs) -> anyhow::Result<String> {
+    Ok(crate::vcenter_config::resolve(args)?.cluster_id)
 }
 
 /// A stream that yields once each time `leader` turns true (including at start).
@@ -160,7 +190,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         backend,
         Arc::new(KubeStatusStore::new(client.clone())),
         RegistrarConfig {
-            cluster_id: args.cluster_id.clone(),
+            cluster_id: cluster_id(&args)?,
             max_concurrent: usize::from(args.max_concurrent_registrations),
             requests_per_second: Some(args.vc_requests_per_second),
             retry: RetryPolicy::default(),

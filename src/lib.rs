@@ -22,6 +22,7 @@ pub mod pv_watcher;
 pub mod reconcile;
 pub mod registrar;
 pub mod status;
+pub mod vcenter_config;
 pub mod volume_path;
 
 pub use volume_path::{PathError, VolumePath};
