@@ -84,9 +84,17 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
 
-    /// vCenter SDK URL, e.g. https://vc.example/sdk.
-    #[arg(long, env = "VOLMIG_VC_URL")]
-    pub vc_url: url::Url,
+    /// The vSphere CSI driver's csi-vsphere.conf (its Secret `vsphere-config-secret`,
+    /// mounted as it is): supplies the vCenter URL, credentials (re-read on change), CA,
+    /// datacenters and cluster ID; the flags below override each of them.
+    #[arg(long, env = "VOLMIG_CSI_CONFIG")]
+    pub csi_config: Option<PathBuf>,
+
+    /// vCenter SDK URL, e.g. https://vc.example/sdk (https only). Required unless
+    /// --csi-config names the vCenter.
+    #[arg(long, env = "VOLMIG_VC_URL", value_parser = VcUrlParser,
+          required_unless_present = "csi_config")]
+    pub vc_url: Option<url::Url>,
 
     /// File with `username` and `password` lines (a mounted Secret). Without it,
     /// VOLMIG_VC_USERNAME and VOLMIG_VC_PASSWORD are read.
@@ -105,9 +113,14 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_DATACENTERS", value_delimiter = ',')]
     pub datacenters: Vec<String>,
 
-    /// CNS container-cluster ID written on registrations.
-    #[arg(long, env = "VOLMIG_CLUSTER_ID")]
-    pub cluster_id: String,
+    /// CNS container-cluster ID written on registrations. Required unless --csi-config
+    /// has `cluster-id` in its [Global] section.
+    #[arg(
+        long,
+        env = "VOLMIG_CLUSTER_ID",
+        required_unless_present = "csi_config"
+    )]
+    pub cluster_id: Option<String>,
 
     /// Interval of the full sync, e.g. 10m, 30s.
     #[arg(long, env = "VOLMIG_FULL_SYNC_INTERVAL", default_value = "10m", value_parser = parse_duration)]
@@ -119,7 +132,8 @@ pub struct RunArgs {
     pub max_concurrent_registrations: u16,
 
     /// Backend calls started per second at most.
-    #[arg(long, env = "VOLMIG_VC_REQUESTS_PER_SECOND", default_value_t = 50.0)]
+    #[arg(long, env = "VOLMIG_VC_REQUESTS_PER_SECOND", default_value_t = 50.0,
+          value_parser = parse_requests_per_second)]
     pub vc_requests_per_second: f64,
 
     /// How long a create may still complete in vCenter after it was sent (or after its
@@ -183,6 +197,67 @@ pub struct LookupArgs {
 
     /// The in-tree volume path, e.g. "[LocalDS_0] kubevols/disk-1.vmdk".
     pub volume_path: String,
+}
+
+/// Highest accepted `--vc-requests-per-second`.
+pub const MAX_REQUESTS_PER_SECOND: f64 = 10_000.0;
+
+/// Parses `--vc-requests-per-second`: a finite number above 0 and at most
+/// [`MAX_REQUESTS_PER_SECOND`] (the rate limiter spaces calls by its inverse).
+pub fn parse_requests_per_second(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !value.is_finite() || value <= 0.0 || value > MAX_REQUESTS_PER_SECOND {
+        return Err(format!(
+            "{text:?}: must be a number above 0 and at most {MAX_REQUESTS_PER_SECOND}"
+        ));
+    }
+    // Spacing below a microsecond-per-call is meaningless; tiny rates would make the
+    // limiter wait for ages (or overflow): at least one call every hour.
+    if value < 1.0 / 3600.0 {
+        return Err(format!(
+            "{text:?}: too small; at least one request per hour (0.0003) is needed"
+        ));
+    }
+    Ok(value)
+}
+
+/// Parses `--vc-url`: an `https` URL with a host. Plain `http` is refused: volmig would
+/// send the vCenter password unencrypted.
+pub fn parse_vc_url(text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    crate::vcenter_config::check_url(&url)?;
+    Ok(url)
+}
+
+/// The `--vc-url` parser: [`parse_vc_url`], with errors that never repeat the value (it
+/// may embed a password).
+#[derive(Debug, Clone, Copy)]
+pub struct VcUrlParser;
+
+impl clap::builder::TypedValueParser for VcUrlParser {
+    type Value = url::Url;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<url::Url, clap::Error> {
+        let invalid = |message: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for --vc-url: {message}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| invalid("not UTF-8".to_owned()))?;
+        parse_vc_url(text).map_err(invalid)
+    }
 }
 
 /// Parses durations like `10m`, `30s`, `1h30m`, `250ms`.
@@ -297,6 +372,72 @@ mod tests {
         let mut longer = short.to_vec();
         longer.extend(["--in-flight-grace", "1m"]);
         assert_eq!(parse(&longer), (Duration::from_secs(60), false));
+    }
+
+    fn run_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["volmig", "run"].iter().chain(extra))?;
+        match cli.command {
+            Command::Run(args) => Ok(*args),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn url_and_cluster_id_are_required_without_csi_config() {
+        let e = run_args(&["--cluster-id", "c"]).unwrap_err();
+        assert!(e.to_string().contains("--vc-url"), "{e}");
+        let e = run_args(&["--vc-url", "https://vc/sdk"]).unwrap_err();
+        assert!(e.to_string().contains("--cluster-id"), "{e}");
+        let args = run_args(&["--csi-config", "/etc/csi/csi-vsphere.conf"]).unwrap();
+        assert_eq!(args.vc_url, None);
+        assert_eq!(args.cluster_id, None);
+        assert_eq!(
+            args.csi_config.as_deref(),
+            Some(std::path::Path::new("/etc/csi/csi-vsphere.conf"))
+        );
+    }
+
+    #[test]
+    fn plain_http_vcenter_urls_are_refused() {
+        let e = run_args(&["--vc-url", "http://vc.example/sdk", "--cluster-id", "c"]).unwrap_err();
+        assert!(e.to_string().contains("unencrypted"), "{e}");
+        let e = run_args(&["--vc-url", "ftp://vc/sdk", "--cluster-id", "c"]).unwrap_err();
+        assert!(e.to_string().contains("expected https"), "{e}");
+        let e =
+            run_args(&["--vc-url", "http://u:hunter2@vc/sdk", "--cluster-id", "c"]).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        run_args(&[
+            "--vc-url",
+            "https://vc.example:8443/sdk",
+            "--cluster-id",
+            "c",
+        ])
+        .unwrap();
+    }
+
+    #[test]
+    fn requests_per_second_must_be_a_sane_positive_number() {
+        for bad in ["1e-20", "0", "-1", "NaN", "inf", "-inf", "10001", "x", ""] {
+            let flag = format!("--vc-requests-per-second={bad}");
+            let e =
+                run_args(&["--vc-url", "https://vc/sdk", "--cluster-id", "c", &flag]).unwrap_err();
+            assert!(
+                e.to_string().contains("vc-requests-per-second"),
+                "{bad:?}: {e}"
+            );
+        }
+        for (good, value) in [("0.5", 0.5), ("50", 50.0), ("10000", 10_000.0)] {
+            let args = run_args(&[
+                "--vc-url",
+                "https://vc/sdk",
+                "--cluster-id",
+                "c",
+                "--vc-requests-per-second",
+                good,
+            ])
+            .unwrap();
+            assert_eq!(args.vc_requests_per_second, value);
+        }
     }
 
     #[test]

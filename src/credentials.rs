@@ -1,10 +1,16 @@
-//! vCenter credentials: a file with `username` and `password` lines (a mounted Secret), or
-//! the `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD` environment variables. The password is
-//! never logged or printed.
+//! vCenter credentials: a file with `username` and `password` lines (a mounted Secret), the
+//! vSphere CSI driver's `csi-vsphere.conf` (`user` and `password` of its VirtualCenter
+//! section), or the `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD` environment variables.
+//! Files are read again at every login ([`CredentialSource::load`]), and
+//! [`CredentialSource::version`] tells cheaply whether they changed, so a rotated Secret
+//! needs no restart. The password is never logged or printed.
 
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use crate::backend::cns::Password;
+use crate::vcenter_config::csi::CsiConfig;
 
 /// Why credentials could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +31,9 @@ pub enum Error {
         /// `username` or `password`.
         key: &'static str,
     },
+    /// The CSI driver's configuration file cannot be used.
+    #[error("{0}")]
+    CsiConfig(String),
 }
 
 /// A vCenter user and password.
@@ -36,8 +45,104 @@ pub struct Credentials {
     pub password: Password,
 }
 
+/// Where the credentials come from; read again at every login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// `--vc-credentials-file`: `username:` / `password:` lines.
+    File(PathBuf),
+    /// `--csi-config`: `user` / `password` of the driver's `csi-vsphere.conf`.
+    CsiConfig(PathBuf),
+    /// `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD`.
+    Environment,
+}
+
+/// An opaque fingerprint of the credentials' source (a SHA-256 of the file's bytes; the
+/// same value for every read of the environment). Equal versions mean "not changed".
+/// It is never logged and does not reveal the password.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Version(Option<[u8; 32]>);
+
+impl std::fmt::Debug for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(hash) => write!(f, "Version({})", hex::encode(&hash[..4])),
+            None => f.write_str("Version(unreadable)"),
+        }
+    }
+}
+
+impl Version {
+    /// The version of some bytes (for tests and custom sources).
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(Some(Sha256::digest(bytes).into()))
+    }
+}
+
+impl CredentialSource {
+    /// Reads the current credentials.
+    pub fn load(&self) -> Result<Credentials, Error> {
+        match self {
+            CredentialSource::File(path) => {
+                let text = read(path)?;
+                parse(&text, &format!("file {}", path.display()))
+            }
+            CredentialSource::CsiConfig(path) => {
+                let text = read(path)?;
+                let config = CsiConfig::parse(&text)
+                    .map_err(|e| Error::CsiConfig(format!("CSI config {}: {e}", path.display())))?;
+                let origin = format!(
+                    "in CSI config {} [VirtualCenter {:?}]",
+                    path.display(),
+                    config.host
+                );
+                let username = config.user.ok_or_else(|| Error::Missing {
+                    origin: origin.clone(),
+                    key: "user",
+                })?;
+                let password = config.password.ok_or(Error::Missing {
+                    origin,
+                    key: "password",
+                })?;
+                Ok(Credentials { username, password })
+            }
+            CredentialSource::Environment => from_env(),
+        }
+    }
+
+    /// A cheap fingerprint of the source: changes whenever the file's content does.
+    pub fn version(&self) -> Version {
+        match self {
+            CredentialSource::File(path) | CredentialSource::CsiConfig(path) => {
+                std::fs::read(path).map_or(Version(None), |bytes| Version::of(&bytes))
+            }
+            CredentialSource::Environment => Version::of(b"environment"),
+        }
+    }
+
+    /// Where the credentials come from, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            CredentialSource::File(path) => format!("credentials file {}", path.display()),
+            CredentialSource::CsiConfig(path) => format!("CSI config {}", path.display()),
+            CredentialSource::Environment => {
+                "environment (VOLMIG_VC_USERNAME / VOLMIG_VC_PASSWORD)".to_owned()
+            }
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// Parses `username: X` / `password: Y` lines (`=` also accepted, blank lines and `#`
-/// comments ignored, surrounding quotes removed).
+/// comments ignored). Blanks around a value are trimmed; a value wrapped in one pair of
+/// matching quotes (`"..."` or `'...'`) loses that pair and nothing else, so
+/// `password: "p@ss"` is `p@ss`, `password: "p@ss` is `"p@ss`, and a password that itself
+/// starts and ends with the same quote is written with one more pair (`""p@ss""`).
 pub fn parse(text: &str, origin: &str) -> Result<Credentials, Error> {
     let mut username = None;
     let mut password = None;
@@ -49,10 +154,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Credentials, Error> {
         let Some((key, value)) = line.split_once([':', '=']) else {
             continue;
         };
-        let value = value
-            .trim()
-            .trim_matches(|c| c == '"' || c == '\'')
-            .to_owned();
+        let value = unquote(value.trim()).to_owned();
         match key.trim() {
             "username" | "user" => username = Some(value),
             "password" => password = Some(value),
@@ -71,30 +173,42 @@ pub fn parse(text: &str, origin: &str) -> Result<Credentials, Error> {
     })
 }
 
+/// Removes one pair of matching outer quotes, nothing else.
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|v| v.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
+}
+
+/// The environment variables, taken exactly as set.
+fn from_env() -> Result<Credentials, Error> {
+    let origin = "environment (VOLMIG_VC_USERNAME / VOLMIG_VC_PASSWORD)";
+    let missing = |key| Error::Missing {
+        origin: origin.to_owned(),
+        key,
+    };
+    let username = std::env::var("VOLMIG_VC_USERNAME")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| missing("username"))?;
+    let password = std::env::var("VOLMIG_VC_PASSWORD").map_err(|_| missing("password"))?;
+    Ok(Credentials {
+        username,
+        password: Password::from(password),
+    })
+}
+
 /// Reads credentials from `file`, or from the environment when `file` is `None`.
 pub fn load(file: Option<&Path>) -> Result<Credentials, Error> {
     match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            parse(&text, &format!("file {}", path.display()))
-        }
-        None => {
-            let origin = "environment (VOLMIG_VC_USERNAME / VOLMIG_VC_PASSWORD)";
-            let username = std::env::var("VOLMIG_VC_USERNAME").unwrap_or_default();
-            let password = std::env::var("VOLMIG_VC_PASSWORD").ok();
-            parse(
-                &format!(
-                    "username: {username}\n{}",
-                    password
-                        .map(|p| format!("password: {p}"))
-                        .unwrap_or_default()
-                ),
-                origin,
-            )
-        }
+        Some(path) => CredentialSource::File(path.to_owned()).load(),
+        None => CredentialSource::Environment.load(),
     }
 }
 
@@ -120,5 +234,58 @@ mod tests {
         assert_eq!(e.to_string(), "vCenter credentials file x have no password");
         let e = parse("password: p", "file x").unwrap_err();
         assert!(e.to_string().contains("username"));
+    }
+
+    #[test]
+    fn quotes_at_one_end_of_a_password_are_kept() {
+        for (written, meant) in [
+            ("\"starts", "\"starts"),
+            ("ends'", "ends'"),
+            ("'both\"", "'both\""),
+            ("\"\"quoted\"\"", "\"quoted\""),
+            ("\"in \"the\" middle\"", "in \"the\" middle"),
+            ("'single'", "single"),
+            ("\" padded \"", " padded "),
+            ("\"", "\""),
+            ("\"\"", ""),
+        ] {
+            let c = parse(&format!("username: u\npassword: {written}\n"), "f").unwrap();
+            assert_eq!(c.password.expose(), meant, "written as {written:?}");
+        }
+    }
+
+    #[test]
+    fn sources_are_read_again_and_their_version_follows_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        std::fs::write(&file, "username: a\npassword: one\n").unwrap();
+        let source = CredentialSource::File(file.clone());
+        let v1 = source.version();
+        assert_eq!(source.load().unwrap().password.expose(), "one");
+        assert_eq!(source.version(), v1, "unchanged file, same version");
+        std::fs::write(&file, "username: a\npassword: two\n").unwrap();
+        assert_ne!(source.version(), v1);
+        assert_eq!(source.load().unwrap().password.expose(), "two");
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(source.load(), Err(Error::Read { .. })));
+        assert_ne!(source.version(), v1);
+        assert!(!format!("{v1:?}").contains("two"));
+    }
+
+    #[test]
+    fn the_csi_config_supplies_user_and_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("csi-vsphere.conf");
+        std::fs::write(
+            &file,
+            "[VirtualCenter \"vc\"]\nuser = \"admin\"\npassword = \"'q\\\"\"\n",
+        )
+        .unwrap();
+        let c = CredentialSource::CsiConfig(file.clone()).load().unwrap();
+        assert_eq!(c.username, "admin");
+        assert_eq!(c.password.expose(), "'q\"");
+        std::fs::write(&file, "[VirtualCenter \"vc\"]\npassword = p\n").unwrap();
+        let e = CredentialSource::CsiConfig(file).load().unwrap_err();
+        assert!(e.to_string().contains("have no user"), "{e}");
     }
 }

@@ -8,7 +8,7 @@ mod vcsim;
 
 use std::time::Duration;
 
-use vcsim::{SUPPORT_USER_AGENT, Vcsim, VcsimOptions, xml_texts};
+use vcsim::{SUPPORT_USER_AGENT, SessionVia, Vcsim, VcsimOptions, task_state, xml_texts};
 
 const CLUSTER: &str = "volmig-selftest";
 
@@ -474,4 +474,479 @@ async fn upstream_query_mode_ignores_the_name_filter() {
         .await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(xml_texts(&text, "name").len(), 2, "{text}");
+}
+
+// ---- Modes for the unknown-outcome, credentials, version, VSLM, RegisterDisk and PBM work.
+
+#[tokio::test]
+async fn start_flags_set_every_mode_and_the_admin_endpoint_reports_them() {
+    let defaults = Vcsim::start(VcsimOptions::default()).await;
+    let m = defaults.modes().await;
+    assert_eq!(
+        (
+            m.cns_task_duration_ms,
+            m.drop_create_replies,
+            m.fail_task_polls,
+            m.fail_task_polls_window_ms
+        ),
+        (0, 0, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(
+        defaults.vcenter_version().await,
+        ("6.5".into(), "6.5.0".into(), "6.5".into()),
+        "govmomi's default stays the default"
+    );
+    drop(defaults);
+
+    let opts = VcsimOptions {
+        drop_create_replies: 2,
+        fail_task_polls: 3,
+        fail_task_polls_window: Some(Duration::from_millis(1500)),
+        ..VcsimOptions::default()
+            .cns_task_duration(Duration::from_secs(90))
+            .vcenter_version("7.0.3")
+    };
+    let sim = Vcsim::start(opts).await;
+    assert_eq!(sim.cns_task_duration().await, Duration::from_secs(90));
+    assert_eq!(sim.drop_create_replies().await, 2);
+    assert_eq!(sim.fail_task_polls().await, 3);
+    assert_eq!(
+        sim.fail_task_polls_window().await,
+        Duration::from_millis(1500)
+    );
+    assert_eq!(
+        sim.vcenter_version().await,
+        ("7.0.3".into(), "7.0.3".into(), "7.0.3.0".into())
+    );
+    // A partial patch changes only what it names.
+    let m = sim
+        .patch_modes(serde_json::json!({ "dropCreateReplies": 0 }))
+        .await;
+    assert_eq!((m.drop_create_replies, m.fail_task_polls), (0, 3));
+}
+
+#[tokio::test]
+async fn slow_create_tasks_run_first_and_create_the_volume_when_they_complete() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(2)
+            .cns_task_duration(Duration::from_millis(1500)),
+    )
+    .await;
+    let soap = sim.soap().await;
+    let task = soap
+        .start_create_volume(
+            "slow",
+            &dc_path(&sim),
+            "LocalDS_0",
+            "kubevols/disk-0001.vmdk",
+            CLUSTER,
+        )
+        .await
+        .expect("the task comes back at once");
+    let (status, first_poll) = soap.poll_task(&task).await;
+    assert_eq!(status, 200, "{first_poll}");
+    assert_eq!(
+        task_state(&first_poll).as_deref(),
+        Some("running"),
+        "{first_poll}"
+    );
+    assert!(
+        xml_texts(&first_poll, "id").is_empty(),
+        "no result yet: {first_poll}"
+    );
+    assert!(
+        sim.volumes().await.is_empty(),
+        "no volume while the task runs"
+    );
+
+    let done = soap.wait_task(&task, Duration::from_secs(30)).await;
+    assert_eq!(task_state(&done).as_deref(), Some("success"), "{done}");
+    let id = xml_texts(&done, "id")
+        .first()
+        .cloned()
+        .expect("volume id in the result");
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    assert_eq!(volumes[0].id, id);
+    assert_eq!(volumes[0].backing_path, sim.vmdk_path("kubevols", 1));
+
+    // Switched off at run time: the next task is complete when its reply arrives.
+    sim.set_cns_task_duration(Duration::ZERO).await;
+    assert_eq!(sim.cns_task_duration().await, Duration::ZERO);
+    let task = soap
+        .start_create_volume(
+            "fast",
+            &dc_path(&sim),
+            "LocalDS_0",
+            "kubevols/disk-0002.vmdk",
+            CLUSTER,
+        )
+        .await
+        .expect("task");
+    let text = soap.task_result(&task).await;
+    assert_eq!(task_state(&text).as_deref(), Some("success"), "{text}");
+    assert_eq!(sim.volumes().await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_dropped_create_reply_still_creates_the_volume() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let soap = sim.soap().await;
+    sim.set_drop_create_replies(1).await;
+    assert_eq!(sim.drop_create_replies().await, 1);
+
+    let err = soap
+        .start_create_volume(
+            "lost",
+            &dc_path(&sim),
+            "LocalDS_0",
+            "kubevols/disk-0001.vmdk",
+            CLUSTER,
+        )
+        .await
+        .expect_err("the reply is lost");
+    println!("lost reply: {err}");
+    assert!(!err.contains("HTTP"), "no HTTP answer at all: {err}");
+    assert_eq!(sim.drop_create_replies().await, 0, "one reply dropped");
+    let volumes = sim.volumes().await;
+    assert_eq!(volumes.len(), 1, "the create ran: {volumes:?}");
+    let stats = sim.stats().await;
+    assert_eq!(stats.dropped("CnsCreateVolume"), 1, "{stats:?}");
+    assert_eq!(stats.calls("CnsCreateVolume"), 1, "{stats:?}");
+
+    // The next create is answered again (and duplicates, as ever).
+    let second = register(&sim, &soap, "lost", "kubevols/disk-0001.vmdk").await;
+    assert_ne!(second, volumes[0].id);
+    assert_eq!(sim.volumes().await.len(), 2);
+}
+
+#[tokio::test]
+async fn task_polls_fail_with_503_for_a_count_or_a_window_after_each_create() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let soap = sim.soap().await;
+    sim.set_fail_task_polls(2).await;
+    let task = soap
+        .start_create_volume(
+            "p1",
+            &dc_path(&sim),
+            "LocalDS_0",
+            "kubevols/disk-0001.vmdk",
+            CLUSTER,
+        )
+        .await
+        .expect("create is not a poll");
+    for n in 1..=2 {
+        let (status, text) = soap.poll_task(&task).await;
+        assert_eq!(status, 503, "poll {n}: {text}");
+    }
+    assert_eq!(sim.fail_task_polls().await, 0);
+    assert!(
+        soap.find_by_inventory_path("/DC0").await.is_some(),
+        "other calls work"
+    );
+    let (status, text) = soap.poll_task(&task).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(task_state(&text).as_deref(), Some("success"));
+    let stats = sim.stats().await;
+    assert_eq!(stats.faults("RetrievePropertiesEx"), 2, "{stats:?}");
+
+    // Window: polls fail while the last create is younger than the window.
+    sim.set_fail_task_polls_window(Duration::from_millis(1000))
+        .await;
+    let task = soap
+        .start_create_volume(
+            "p2",
+            &dc_path(&sim),
+            "LocalDS_0",
+            "kubevols/disk-0002.vmdk",
+            CLUSTER,
+        )
+        .await
+        .expect("task");
+    let (status, text) = soap.poll_task(&task).await;
+    assert_eq!(status, 503, "{text}");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (status, text) = soap.poll_task(&task).await;
+    assert_eq!(status, 200, "window over: {text}");
+    assert_eq!(task_state(&text).as_deref(), Some("success"));
+    assert_eq!(sim.volumes().await.len(), 2, "both creates ran");
+}
+
+#[tokio::test]
+async fn credentials_change_at_run_time_and_failed_logins_are_counted_per_user_agent() {
+    let mut sim = Vcsim::start(VcsimOptions::default()).await;
+    let before = sim.soap().await;
+    sim.set_credentials("rotated@vsphere.local", "n3w&pw").await;
+    assert_eq!(
+        sim.credentials().await,
+        ("rotated@vsphere.local".into(), "n3w&pw".into())
+    );
+    sim.reset_stats().await;
+
+    let err = sim
+        .soap_anonymous()
+        .login("user", "pass")
+        .await
+        .err()
+        .expect("the old password is refused");
+    assert!(err.contains("InvalidLogin"), "{err}");
+    let after = sim.soap().await; // logs in with the new credentials
+    assert!(after.find_by_inventory_path("/DC0").await.is_some());
+    assert!(
+        before.find_by_inventory_path("/DC0").await.is_some(),
+        "a session opened before the rotation stays valid"
+    );
+
+    let stats = sim.stats().await;
+    assert_eq!(stats.calls_by(SUPPORT_USER_AGENT, "Login"), 2, "{stats:?}");
+    assert_eq!(stats.faults_by(SUPPORT_USER_AGENT, "Login"), 1, "{stats:?}");
+    assert_eq!(stats.faults("Login"), 1, "{stats:?}");
+}
+
+#[tokio::test]
+async fn reported_vcenter_version_is_set_by_flag_and_at_run_time() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1).vcenter_version("7.0.0")).await;
+    let content = sim.soap_anonymous().service_content().await;
+    assert_eq!(
+        xml_texts(&content, "apiVersion"),
+        vec!["7.0.0.0".to_string()],
+        "{content}"
+    );
+    assert_eq!(
+        xml_texts(&content, "version"),
+        vec!["7.0.0".to_string()],
+        "{content}"
+    );
+
+    sim.set_vcenter_version("8.0.3").await;
+    let content = sim.soap_anonymous().service_content().await;
+    assert_eq!(
+        xml_texts(&content, "apiVersion"),
+        vec!["8.0.3.0".to_string()]
+    );
+    assert_eq!(xml_texts(&content, "version"), vec!["8.0.3".to_string()]);
+    // From 8.0.3 on, registration itself sets keepAfterDeleteVm.
+    let soap = sim.soap().await;
+    let id = register(&sim, &soap, "v803", "kubevols/disk-0001.vmdk").await;
+    let objects = sim.vslm_objects().await;
+    assert!(
+        objects.iter().any(|o| o.id == id && o.keep_after_delete_vm),
+        "{objects:?}"
+    );
+
+    sim.set_vcenter_version("6.7.3").await;
+    let content = sim.soap_anonymous().service_content().await;
+    assert_eq!(xml_texts(&content, "apiVersion"), vec!["6.7.3".to_string()]);
+    assert_eq!(xml_texts(&content, "version"), vec!["6.7.0".to_string()]);
+}
+
+#[tokio::test]
+async fn vslm_sets_and_shows_keep_after_delete_vm_with_cookie_or_header_sessions() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let soap = sim.soap().await;
+    let id = register(&sim, &soap, "fcd", "kubevols/disk-0001.vmdk").await;
+
+    let (status, text) = sim.soap_anonymous().vslm_content().await;
+    assert_eq!(status, 500, "no session: {text}");
+    assert!(text.contains("NotAuthenticated"), "{text}");
+    for via in [SessionVia::Cookie, SessionVia::Header] {
+        let (status, text) = soap.session_via(via).vslm_content().await;
+        assert_eq!(status, 200, "{via:?}: {text}");
+        assert!(
+            text.contains("<vStorageObjectManager type=\"VslmVStorageObjectManager\">VStorageObjectManager</vStorageObjectManager>"),
+            "{text}"
+        );
+    }
+
+    let vslm = soap.session_via(SessionVia::Header);
+    let (status, text) = vslm.vslm_retrieve(&id).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        xml_texts(&text, "keepAfterDeleteVm"),
+        vec!["false".to_string()],
+        "{text}"
+    );
+    assert!(
+        text.contains("[LocalDS_0] kubevols/disk-0001.vmdk"),
+        "{text}"
+    );
+
+    let (status, text) = vslm
+        .vslm_set_control_flags(&id, &["keepAfterDeleteVm"])
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let (_, text) = vslm.vslm_retrieve(&id).await;
+    assert_eq!(
+        xml_texts(&text, "keepAfterDeleteVm"),
+        vec!["true".to_string()],
+        "{text}"
+    );
+    let objects = sim.vslm_objects().await;
+    let obj = objects.iter().find(|o| o.id == id).expect("listed");
+    assert!(obj.keep_after_delete_vm, "{obj:?}");
+    assert_eq!(obj.control_flags, vec!["keepAfterDeleteVm".to_string()]);
+    assert_eq!(obj.source, "CnsCreateVolume");
+
+    let (status, text) = vslm.vslm_retrieve("no-such-fcd").await;
+    assert_eq!(status, 500, "{text}");
+    assert!(text.contains("NotFound"), "{text}");
+    let stats = sim.stats().await;
+    assert_eq!(
+        stats.calls("VslmSetVStorageObjectControlFlags"),
+        1,
+        "{stats:?}"
+    );
+    assert_eq!(stats.calls("VslmRetrieveVStorageObject"), 3, "{stats:?}");
+    assert_eq!(stats.calls("RetrieveContent"), 3, "{stats:?}");
+}
+
+#[tokio::test]
+async fn create_specs_are_recorded_with_metadata_profile_backing_and_user_agent() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let soap = sim.soap().await;
+    let url = soap.backing_url(&dc_path(&sim), "LocalDS_0", "kubevols/disk-0001.vmdk");
+    let cluster = "<clusterType>KUBERNETES</clusterType><clusterId>c-1</clusterId>\
+                   <vSphereUser>user</vSphereUser><clusterFlavor>VANILLA</clusterFlavor>\
+                   <clusterDistribution>OpenShift</clusterDistribution>";
+    let body = format!(
+        "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+         cns-volume-manager</_this><createSpecs><name>rec-1</name><volumeType>BLOCK\
+         </volumeType><metadata><containerCluster>{cluster}</containerCluster>\
+         <containerClusterArray>{cluster}</containerClusterArray></metadata>\
+         <backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskUrlPath>{}\
+         </backingDiskUrlPath></backingObjectDetails><profile \
+         xsi:type=\"VirtualMachineDefinedProfileSpec\"><profileId>aa6d5a82-1c88-45da-85d3-3d74b91a5bad\
+         </profileId></profile></createSpecs></CnsCreateVolume>",
+        vcsim::xml_escape(&url)
+    );
+    let (status, text) = soap.call("/vsanHealth", &body).await;
+    assert_eq!(status, 200, "{text}");
+    soap.create_volume(
+        "rec-2",
+        &dc_path(&sim),
+        "LocalDS_0",
+        "kubevols/disk-0001.vmdk",
+        "c-2",
+    )
+    .await;
+
+    let creates = sim.creates().await;
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    let c = &creates[0];
+    assert_eq!(
+        (c.name.as_str(), c.volume_type.as_str()),
+        ("rec-1", "BLOCK")
+    );
+    let cc = c.container_cluster.clone().expect("containerCluster");
+    assert_eq!(
+        (
+            cc.cluster_type.as_str(),
+            cc.cluster_id.as_str(),
+            cc.vsphere_user.as_str(),
+            cc.cluster_flavor.as_str(),
+            cc.cluster_distribution.as_str()
+        ),
+        ("KUBERNETES", "c-1", "user", "VANILLA", "OpenShift")
+    );
+    assert_eq!(c.container_cluster_array, vec![cc]);
+    assert_eq!(
+        c.profile_ids,
+        vec!["aa6d5a82-1c88-45da-85d3-3d74b91a5bad".to_string()]
+    );
+    assert_eq!(c.backing_disk_url_path, url);
+    assert_eq!(c.backing_disk_id, "");
+    assert_eq!(c.user_agent, SUPPORT_USER_AGENT);
+    assert!(!c.time.is_empty());
+    let c = &creates[1];
+    assert_eq!(c.name, "rec-2");
+    assert!(
+        c.container_cluster_array.is_empty() && c.profile_ids.is_empty(),
+        "{c:?}"
+    );
+    assert_eq!(
+        c.container_cluster.as_ref().map(|x| x.cluster_id.as_str()),
+        Some("c-2")
+    );
+
+    sim.clear_creates().await;
+    assert!(sim.creates().await.is_empty());
+}
+
+#[tokio::test]
+async fn register_disk_makes_an_fcd_that_cns_registers_by_backing_disk_id() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let soap = sim.soap().await;
+    let url = soap.backing_url(&dc_path(&sim), "LocalDS_0", "kubevols/disk-0001.vmdk");
+    let fcd = soap
+        .register_disk(&url, "fcd-0001")
+        .await
+        .expect("RegisterDisk");
+    let err = soap
+        .register_disk(&url, "again")
+        .await
+        .expect_err("already an FCD");
+    assert!(err.contains("InvalidArgument"), "{err}");
+    let missing = soap.backing_url(&dc_path(&sim), "LocalDS_0", "kubevols/none.vmdk");
+    assert!(soap.register_disk(&missing, "x").await.is_err());
+
+    let task = soap
+        .start_create_volume_by_disk_id("by-id", &fcd, CLUSTER)
+        .await
+        .expect("task");
+    let first = soap.volume_of_task(&task).await.expect("registered");
+    assert_eq!(first, fcd, "the CNS volume takes the FCD's ID");
+    let task = soap
+        .start_create_volume_by_disk_id("by-id", &fcd, CLUSTER)
+        .await
+        .expect("task");
+    let second = soap.volume_of_task(&task).await.expect("registered again");
+    assert_ne!(second, first, "a second registration is a second volume");
+
+    let path = sim.vmdk_path("kubevols", 1);
+    let ids: Vec<String> = sim
+        .volumes_for(&path)
+        .await
+        .into_iter()
+        .map(|v| v.id)
+        .collect();
+    assert_eq!(ids, vec![first.clone(), second]);
+    let objects = sim.vslm_objects().await;
+    let obj = objects.iter().find(|o| o.id == fcd).expect("FCD listed");
+    assert_eq!(
+        (obj.source.as_str(), obj.backing_path.as_str()),
+        ("RegisterDisk", path.as_str())
+    );
+    let creates = sim.creates().await;
+    assert_eq!(creates[0].backing_disk_id, fcd);
+
+    let task = soap
+        .start_create_volume_by_disk_id("nope", "no-such-fcd", CLUSTER)
+        .await
+        .expect("task");
+    let err = soap.volume_of_task(&task).await.expect_err("unknown FCD");
+    assert!(err.contains("CnsFault"), "{err}");
+}
+
+#[tokio::test]
+async fn pbm_resolves_a_default_policy_name_to_its_profile_id() {
+    let sim = Vcsim::start(VcsimOptions::default()).await;
+    let soap = sim.soap().await;
+    assert_eq!(
+        soap.pbm_profile_id("vSAN Default Storage Policy")
+            .await
+            .as_deref(),
+        Some("aa6d5a82-1c88-45da-85d3-3d74b91a5bad")
+    );
+    assert_eq!(
+        soap.session_via(SessionVia::Header)
+            .pbm_profile_id("vSAN Default Storage Policy")
+            .await
+            .as_deref(),
+        Some("aa6d5a82-1c88-45da-85d3-3d74b91a5bad"),
+        "PBM accepts the vcSessionCookie header alone"
+    );
+    assert_eq!(soap.pbm_profile_id("No Such Policy").await, None);
+    assert_eq!(sim.stats().await.calls("PbmQueryProfile"), 3);
 }

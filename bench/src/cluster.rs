@@ -127,7 +127,7 @@ impl Cluster {
                         field_manager: Some(FIELD_MANAGER.to_owned()),
                         ..Default::default()
                     };
-                    api.create(&params, &volmig::migrations::new_migration(&path))
+                    api.create(&params, &volmig::k8s::migrations::new_migration(&path))
                         .await
                         .with_context(|| format!("creating VolumeMigration {name}"))?;
                     let update = StatusUpdate::Registered {
@@ -136,7 +136,10 @@ impl Cluster {
                         adopted: false,
                         attempts: 1,
                     };
-                    let mut patch = volmig::status::status_patch(&update, now);
+                    let mut patch = volmig::k8s::status::status_patch(
+                        &volmig::k8s::status::StatusChange::Registrar(update),
+                        now,
+                    );
                     patch["status"]["persistentVolumes"] = serde_json::json!([v.pv]);
                     patch["status"]["observedGeneration"] = serde_json::json!(1);
                     api.patch_status(

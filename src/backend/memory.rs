@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Result, VolumeBackend, VolumeId,
-    VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
+    VolumeId, VolumePage, op,
 };
 use crate::volume_path::VolumePath;
 
@@ -43,6 +43,10 @@ struct State {
     max_live_per_path: usize,
     /// Creates that complete later ([`Fault::LateCreate`]): due time and request.
     late: Vec<(tokio::time::Instant, CreateVolumeRequest)>,
+    /// Volumes whose disk carries `keepAfterDeleteVm`.
+    protected: HashSet<VolumeId>,
+    /// Registration sets `keepAfterDeleteVm` (vCenter 8.0.3 and later).
+    registration_protects: bool,
 }
 
 impl State {
@@ -58,6 +62,9 @@ impl State {
             created: jiff::Timestamp::from_second(1_700_000_000 + self.clock).ok(),
         };
         self.volumes.insert(id.clone(), volume);
+        if self.registration_protects {
+            self.protected.insert(id.clone());
+        }
         let live = self
             .volumes
             .values()
@@ -179,6 +186,19 @@ impl InMemoryBackend {
     /// Removes a registration behind the registrar's back (vCenter "forgets").
     pub fn forget_volume(&self, id: &VolumeId) {
         self.lock().volumes.remove(id);
+    }
+
+    /// Behave like vCenter 8.0.3 and later (`true`: registration sets `keepAfterDeleteVm`,
+    /// [`VolumeBackend::protect_from_vm_delete`] does nothing) or like older ones (`false`,
+    /// the default).
+    pub fn set_registration_protects(&self, protects: bool) {
+        self.lock().registration_protects = protects;
+    }
+
+    /// Whether the volume's disk carries `keepAfterDeleteVm` (set by a call or by
+    /// registration), as vCenter would report it.
+    pub fn has_keep_flag(&self, id: &VolumeId) -> bool {
+        self.lock().protected.contains(id)
     }
 
     /// Paths that have two or more registrations.
@@ -306,7 +326,9 @@ impl VolumeBackend for InMemoryBackend {
         if let Some(Fault::Fail(class)) = fault {
             return Err(injected(class, op::DELETE));
         }
-        match self.lock().volumes.remove(id) {
+        let mut s = self.lock();
+        s.protected.remove(id);
+        match s.volumes.remove(id) {
             Some(_) => Ok(()),
             None => Err(BackendError::new(
                 ErrorClass::NotFound,
@@ -334,5 +356,102 @@ impl VolumeBackend for InMemoryBackend {
         let volumes: Vec<CnsVolume> = iter.by_ref().take(PAGE_SIZE).collect();
         let next = iter.next().map(|v| v.id.0);
         Ok(VolumePage { volumes, next })
+    }
+
+    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+        let (_g, fault) = self.enter(op::PROTECT).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::PROTECT));
+        }
+        let mut s = self.lock();
+        if !s.volumes.contains_key(id) {
+            return Err(unknown_volume(op::PROTECT, id));
+        }
+        if s.registration_protects {
+            return Ok(Protection::ByRegistration);
+        }
+        s.protected.insert(id.clone());
+        Ok(Protection::FlagSet)
+    }
+
+    async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
+        let (_g, fault) = self.enter(op::IS_PROTECTED).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::IS_PROTECTED));
+        }
+        let s = self.lock();
+        if !s.volumes.contains_key(id) {
+            return Err(unknown_volume(op::IS_PROTECTED, id));
+        }
+        Ok(s.registration_protects || s.protected.contains(id))
+    }
+}
+
+fn unknown_volume(operation: &'static str, id: &VolumeId) -> BackendError {
+    BackendError::new(
+        ErrorClass::NotFound,
+        operation,
+        "NotFound",
+        format!("volume {id} not found"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn registered(mem: &InMemoryBackend, raw: &str) -> VolumeId {
+        let path: VolumePath = raw.parse().expect("valid test path");
+        mem.add_disk(&path);
+        mem.create_volume(&CreateVolumeRequest {
+            path,
+            name: format!("volmig-{raw}"),
+            cluster_id: "c".into(),
+            storage_policy_name: None,
+        })
+        .await
+        .expect("create")
+    }
+
+    #[tokio::test]
+    async fn protection_before_803_sets_the_flag_and_counts_calls() {
+        let mem = InMemoryBackend::new();
+        let id = registered(&mem, "[ds] a.vmdk").await;
+        assert!(!mem.has_keep_flag(&id));
+        assert!(!mem.is_protected(&id).await.unwrap());
+        assert_eq!(
+            mem.protect_from_vm_delete(&id).await.unwrap(),
+            Protection::FlagSet
+        );
+        assert!(mem.has_keep_flag(&id));
+        assert!(mem.is_protected(&id).await.unwrap());
+        assert_eq!(mem.calls(op::PROTECT), 1);
+        assert_eq!(mem.calls(op::IS_PROTECTED), 2);
+        let missing = VolumeId::from("nope");
+        let err = mem.protect_from_vm_delete(&missing).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotFound);
+        let err = mem.is_protected(&missing).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotFound);
+        mem.inject(op::PROTECT, Fault::Fail(ErrorClass::Transient), 1);
+        let err = mem.protect_from_vm_delete(&id).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Transient);
+        assert_eq!(mem.calls(op::PROTECT), 3);
+    }
+
+    #[tokio::test]
+    async fn from_803_registration_protects_and_nothing_is_set() {
+        let mem = InMemoryBackend::new();
+        mem.set_registration_protects(true);
+        let id = registered(&mem, "[ds] b.vmdk").await;
+        assert!(mem.has_keep_flag(&id), "registration sets the flag");
+        assert!(mem.is_protected(&id).await.unwrap());
+        assert_eq!(
+            mem.protect_from_vm_delete(&id).await.unwrap(),
+            Protection::ByRegistration
+        );
+        assert!(Protection::ByRegistration.is_protected());
+        assert_eq!(mem.calls(op::PROTECT), 1);
+        mem.delete_volume(&id).await.unwrap();
+        assert!(!mem.has_keep_flag(&id));
     }
 }

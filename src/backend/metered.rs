@@ -8,7 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{CnsVolume, CreateVolumeRequest, Result, VolumeBackend, VolumeId, VolumePage, op};
+use super::{
+    CnsVolume, CreateVolumeRequest, Protection, Result, VolumeBackend, VolumeId, VolumePage, op,
+};
 use crate::metrics::{BackendResult, Metrics};
 use crate::volume_path::VolumePath;
 
@@ -73,6 +75,16 @@ impl VolumeBackend for MeteredBackend {
 
     async fn list_volumes(&self, cursor: Option<String>) -> Result<VolumePage> {
         self.metered(op::LIST, self.inner.list_volumes(cursor))
+            .await
+    }
+
+    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+        self.metered(op::PROTECT, self.inner.protect_from_vm_delete(id))
+            .await
+    }
+
+    async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
+        self.metered(op::IS_PROTECTED, self.inner.is_protected(id))
             .await
     }
 }
@@ -210,6 +222,40 @@ mod tests {
         // The paused clock advances exactly by the injected latency.
         assert_eq!(bucket("2.5"), "0");
         assert_eq!(bucket("5.0"), "1");
+    }
+
+    #[tokio::test]
+    async fn protection_calls_are_forwarded_and_metered() {
+        let (mem, metrics, backend) = setup();
+        let disk = path("[ds1] e.vmdk");
+        mem.add_disk(&disk);
+        let id = backend
+            .create_volume(&request(&disk))
+            .await
+            .expect("create");
+        assert!(!backend.is_protected(&id).await.expect("read flag"));
+        assert_eq!(
+            backend.protect_from_vm_delete(&id).await.expect("protect"),
+            crate::backend::Protection::FlagSet
+        );
+        assert!(mem.has_keep_flag(&id));
+        assert!(backend.is_protected(&id).await.expect("read flag"));
+        let err = backend
+            .protect_from_vm_delete(&VolumeId::from("gone"))
+            .await
+            .expect_err("unknown volume");
+        assert_eq!(err.class, ErrorClass::NotFound);
+        assert_eq!(metrics.backend_requests(op::PROTECT, BackendResult::Ok), 1);
+        assert_eq!(
+            metrics.backend_requests(op::PROTECT, BackendResult::NotFound),
+            1
+        );
+        assert_eq!(
+            metrics.backend_requests(op::IS_PROTECTED, BackendResult::Ok),
+            2
+        );
+        assert_eq!(mem.calls(op::PROTECT), 2);
+        assert_eq!(mem.calls(op::IS_PROTECTED), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -137,6 +137,38 @@ pub mod op {
     pub const DELETE: &str = "CnsDeleteVolume";
     /// [`super::VolumeBackend::list_volumes`].
     pub const LIST: &str = "CnsQueryAllVolume";
+    /// [`super::VolumeBackend::protect_from_vm_delete`].
+    pub const PROTECT: &str = "VslmSetVStorageObjectControlFlags";
+    /// [`super::VolumeBackend::is_protected`].
+    pub const IS_PROTECTED: &str = "VslmRetrieveVStorageObject";
+    /// `RegisterDisk`, part of [`super::VolumeBackend::create_volume`] on vCenter 7.0.0.
+    pub const REGISTER_DISK: &str = "RegisterDisk";
+}
+
+/// How a volume is kept when a VM it is attached to is deleted (the FCD's
+/// `keepAfterDeleteVm` control flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protection {
+    /// volmig set the flag (vCenter below 8.0.3).
+    FlagSet,
+    /// The vCenter sets the flag on registration itself (8.0.3 and later); nothing to do.
+    ByRegistration,
+}
+
+impl Protection {
+    /// True: both ways leave the volume protected (for `protectvolumefromvmdelete`).
+    pub fn is_protected(self) -> bool {
+        matches!(self, Protection::FlagSet | Protection::ByRegistration)
+    }
+}
+
+fn not_supported(operation: &'static str) -> BackendError {
+    BackendError::new(
+        ErrorClass::Permanent,
+        operation,
+        "NotSupported",
+        format!("this backend does not implement {operation}"),
+    )
 }
 
 /// What volmig needs from vCenter. Implementations must be safe to call concurrently.
@@ -160,6 +192,24 @@ pub trait VolumeBackend: Send + Sync + 'static {
 
     /// One page of all CNS volumes; pass the previous page's `next` to continue.
     async fn list_volumes(&self, cursor: Option<String>) -> Result<VolumePage>;
+
+    /// Keeps the volume's disk when a VM it is attached to is deleted: sets the FCD's
+    /// `keepAfterDeleteVm` flag where the vCenter does not do that on registration (below
+    /// 8.0.3); otherwise does nothing and answers [`Protection::ByRegistration`].
+    /// Idempotent. A volume that does not exist is an error of class
+    /// [`ErrorClass::NotFound`]. Backends without the notion answer `Permanent`.
+    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+        let _ = id;
+        Err(not_supported(op::PROTECT))
+    }
+
+    /// Whether the volume's disk already carries `keepAfterDeleteVm` (always true where
+    /// registration sets it). A volume that does not exist is an error of class
+    /// [`ErrorClass::NotFound`].
+    async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
+        let _ = id;
+        Err(not_supported(op::IS_PROTECTED))
+    }
 }
 
 /// Lists every CNS volume by following the cursor to the end.

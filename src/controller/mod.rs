@@ -24,6 +24,8 @@ pub mod outcome;
 pub mod pv_index;
 pub mod pv_watcher;
 pub mod reconcile;
+#[cfg(test)]
+mod scenario_tests;
 
 pub use decide::{Observed, Plan, Step, decide};
 pub use error::{Error, Result};

@@ -248,11 +248,10 @@ mod tests {
             "spec": {"vsphereVolume": {"volumePath": raw}},
         }))
         .unwrap();
-        pv.metadata.creation_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        pv.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 jiff::Timestamp::from_second(created).unwrap(),
-            ),
-        );
+            ));
         pv
     }
 
@@ -265,14 +264,20 @@ mod tests {
         let path = VolumePath::parse("[ds] k/a.vmdk").unwrap();
         assert_eq!(
             index.spellings_for(&path),
-            vec!["[ds] k/a.vmdk".to_owned(), "[/DC0/datastore/ds]  k//a.vmdk".to_owned()]
+            vec![
+                "[ds] k/a.vmdk".to_owned(),
+                "[/DC0/datastore/ds]  k//a.vmdk".to_owned()
+            ]
         );
         index.remove("pv-new");
         assert_eq!(index.spellings_for(&path), vec!["[ds] k/a.vmdk".to_owned()]);
         index.remove("pv-old");
         index.remove("pv-mid");
         assert!(index.spellings_for(&path).is_empty());
-        assert!(index.lock().spellings.is_empty(), "no spelling outlives its PV");
+        assert!(
+            index.lock().spellings.is_empty(),
+            "no spelling outlives its PV"
+        );
     }
 
     #[test]

@@ -44,27 +44,57 @@ fn cns_backend(
     metrics: &Metrics,
     holder_id: &str,
 ) -> anyhow::Result<Arc<dyn VolumeBackend>> {
-    let credentials = crate::credentials::load(args.vc_credentials_file.as_deref())?;
-    let mut config = CnsConfig::new(
-        args.vc_url.clone(),
-        credentials.username,
-        credentials.password,
+    let settings = crate::vcenter_config::resolve(args)?;
+    for warning in &settings.warnings {
+        warn!("{warning}");
+    }
+    let source = settings.credentials.clone();
+    // Unreadable credentials are a start-up error; later they are read again at each login.
+    let first = source.load()?;
+    info!(
+        vcenter = %settings.url,
+        user = %first.username,
+        credentials = %source.describe(),
+        cluster_id = %settings.cluster_id,
+        "vCenter configuration"
     );
-    config.user_agent = user_agent(holder_id);
-    config.request_timeout = args.vc_request_timeout;
-    config.task_timeout = args.vc_task_timeout;
-    config.ca_file = args.vc_ca_file.clone();
-    config.insecure = args.vc_insecure;
-    config.datacenters = args.datacenters.clone();
+    let mut template = CnsConfig::new(settings.url.clone(), first.username, first.password);
+    template.user_agent = user_agent(holder_id);
+    template.ca_file = settings.ca_file.clone();
+    template.insecure = settings.insecure;
+    template.datacenters = settings.datacenters.clone();
+    template.request_timeout = args.vc_request_timeout;
+    template.task_timeout = args.vc_task_timeout;
+    let probe = source.clone();
     let connect = move || {
-        let config = config.clone();
+        let mut config = template.clone();
+        let source = source.clone();
         async move {
+            let credentials = source.load().map_err(|e| {
+                crate::backend::BackendError::new(
+                    crate::backend::ErrorClass::Transient,
+                    "Login",
+                    "CredentialsUnreadable",
+                    e.to_string(),
+                )
+            })?;
+            config.username = credentials.username;
+            config.password = credentials.password;
             let backend = CnsBackend::connect(config).await?;
             Ok(Arc::new(backend) as Arc<dyn VolumeBackend>)
         }
     };
-    let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(connect));
+    let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(
+        connect,
+        move || probe.version(),
+        crate::backend::on_demand::LoginBackoff::default(),
+    ));
     Ok(Arc::new(MeteredBackend::new(on_demand, metrics.clone())))
+}
+
+/// The CNS cluster ID: `--cluster-id`, else `cluster-id` of `--csi-config`.
+fn cluster_id(args: &RunArgs) -> anyhow::Result<String> {
+    Ok(crate::vcenter_config::resolve(args)?.cluster_id)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -104,7 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let registrar = Arc::new(Registrar::new(
         backend,
         Arc::new(KubeStatusStore::new(client.clone())),
-        RegistrarConfig::new(args.cluster_id.clone())
+        RegistrarConfig::new(cluster_id(&args)?)
             .with_max_concurrent(usize::from(args.max_concurrent_registrations))
             .with_rate_limit(Some(args.vc_requests_per_second))
             .with_retry(RetryPolicy::default())

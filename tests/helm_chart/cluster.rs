@@ -131,7 +131,7 @@ async fn helm_install_then_uninstall_against_the_api_server() {
     );
     let parsed = parse_run_args(&helm::container_args(&deployment));
     assert_eq!(parsed.lease_namespace, NAMESPACE);
-    assert_eq!(parsed.cluster_id, "install-cluster");
+    assert_eq!(parsed.cluster_id.as_deref(), Some("install-cluster"));
 
     // RBAC as stored: no wildcard, no Secrets anywhere, Leases only in a namespaced Role.
     let role = cluster

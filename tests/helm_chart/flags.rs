@@ -77,7 +77,7 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "vc-url",
             vec!["--set-string", "vcenter.url=https://vc.flag.example/sdk"],
             "--vc-url=https://vc.flag.example/sdk",
-            |a| a.vc_url.as_str() == "https://vc.flag.example/sdk",
+            |a| a.vc_url.as_ref().map(url::Url::as_str) == Some("https://vc.flag.example/sdk"),
         ),
         (
             "vc-credentials-file",
@@ -109,7 +109,7 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "cluster-id",
             vec!["--set-string", "clusterId=prod-cluster-7"],
             "--cluster-id=prod-cluster-7",
-            |a| a.cluster_id == "prod-cluster-7",
+            |a| a.cluster_id.as_deref() == Some("prod-cluster-7"),
         ),
         (
             "full-sync-interval",

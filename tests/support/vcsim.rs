@@ -31,8 +31,11 @@ mod raw_soap;
 
 pub use locate::harness_binary;
 use options::StartLine;
-pub use options::{Datastore, SimStats, SimVolume, VcsimOptions};
-pub use raw_soap::{RawSoap, percent_encode, xml_escape, xml_texts};
+pub use options::{
+    Datastore, SimContainerCluster, SimCreate, SimModes, SimStats, SimVolume, SimVslmObject,
+    VcsimOptions,
+};
+pub use raw_soap::{RawSoap, SessionVia, percent_encode, task_state, xml_escape, xml_texts};
 
 /// How long the harness may take to print its start line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -361,6 +364,137 @@ impl Vcsim {
             .admin_request(reqwest::Method::POST, "/stats/reset", None)
             .await;
         assert_eq!(status, 204, "vcsim admin: reset stats: {text}");
+    }
+
+    /// The runtime modes (slow tasks, dropped replies, failing polls, version).
+    pub async fn modes(&self) -> SimModes {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/modes", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: modes: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("vcsim admin: modes {text:?}: {e}"))
+    }
+
+    /// `POST /debug/modes` with a partial JSON object; panics when the harness refuses it.
+    pub async fn patch_modes(&self, patch: serde_json::Value) -> SimModes {
+        let (status, text) = self
+            .admin_request(reqwest::Method::POST, "/modes", Some(patch.to_string()))
+            .await;
+        assert_eq!(status, 200, "vcsim admin: modes {patch}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("vcsim admin: modes {text:?}: {e}"))
+    }
+
+    /// `CnsCreateVolume` tasks stay `running` for `d` from now on (zero = complete at once).
+    pub async fn set_cns_task_duration(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.patch_modes(serde_json::json!({ "cnsTaskDurationMs": ms }))
+            .await;
+    }
+
+    /// How long `CnsCreateVolume` tasks stay `running`.
+    pub async fn cns_task_duration(&self) -> Duration {
+        Duration::from_millis(self.modes().await.cns_task_duration_ms)
+    }
+
+    /// The next `n` `CnsCreateVolume` calls run, but their replies are dropped.
+    pub async fn set_drop_create_replies(&self, n: u32) {
+        self.patch_modes(serde_json::json!({ "dropCreateReplies": n }))
+            .await;
+    }
+
+    /// `CnsCreateVolume` replies still to be dropped.
+    pub async fn drop_create_replies(&self) -> u32 {
+        self.modes().await.drop_create_replies
+    }
+
+    /// The next `n` task polls answer HTTP 503.
+    pub async fn set_fail_task_polls(&self, n: u32) {
+        self.patch_modes(serde_json::json!({ "failTaskPolls": n }))
+            .await;
+    }
+
+    /// Task polls still to fail.
+    pub async fn fail_task_polls(&self) -> u32 {
+        self.modes().await.fail_task_polls
+    }
+
+    /// Task polls answer HTTP 503 for `d` after each `CnsCreateVolume` (zero = off).
+    pub async fn set_fail_task_polls_window(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.patch_modes(serde_json::json!({ "failTaskPollsWindowMs": ms }))
+            .await;
+    }
+
+    /// The window after each create in which task polls fail.
+    pub async fn fail_task_polls_window(&self) -> Duration {
+        Duration::from_millis(self.modes().await.fail_task_polls_window_ms)
+    }
+
+    /// Reports another vCenter release: `6.5`, `6.7.3`, `7.0.0`, `7.0.3` or `8.0.3`.
+    pub async fn set_vcenter_version(&self, version: &str) {
+        self.patch_modes(serde_json::json!({ "vcenterVersion": version }))
+            .await;
+    }
+
+    /// The reported release and its `about.version` / `about.apiVersion`.
+    pub async fn vcenter_version(&self) -> (String, String, String) {
+        let m = self.modes().await;
+        (m.vcenter_version, m.about_version, m.about_api_version)
+    }
+
+    /// Changes what `Login` accepts (a password rotation); sessions already open stay.
+    /// `Vcsim::username`/`password` (used by `soap()`) follow.
+    pub async fn set_credentials(&mut self, username: &str, password: &str) {
+        let body = serde_json::json!({ "username": username, "password": password }).to_string();
+        let (status, text) = self
+            .admin_request(reqwest::Method::POST, "/credentials", Some(body))
+            .await;
+        assert_eq!(status, 204, "vcsim admin: credentials: {text}");
+        self.username = username.to_string();
+        self.password = password.to_string();
+        self.opts.username = username.to_string();
+        self.opts.password = password.to_string();
+    }
+
+    /// The user name and password `Login` accepts now (read from the harness).
+    pub async fn credentials(&self) -> (String, String) {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/credentials", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: credentials: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("vcsim admin: credentials JSON {text:?}: {e}"));
+        (
+            v["username"].as_str().unwrap_or_default().to_string(),
+            v["password"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// Every `CnsCreateVolume` spec received since start (or `clear_creates`), in order.
+    pub async fn creates(&self) -> Vec<SimCreate> {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/cns/creates", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: creates: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("vcsim admin: creates {text:?}: {e}"))
+    }
+
+    /// Forgets the recorded create specs.
+    pub async fn clear_creates(&self) {
+        let (status, text) = self
+            .admin_request(reqwest::Method::DELETE, "/cns/creates", None)
+            .await;
+        assert_eq!(status, 204, "vcsim admin: clear creates: {text}");
+    }
+
+    /// Every FCD the VSLM endpoint knows, with its control flags.
+    pub async fn vslm_objects(&self) -> Vec<SimVslmObject> {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/vslm/objects", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: vslm objects: {text}");
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("vcsim admin: vslm objects {text:?}: {e}"))
     }
 
     /// A raw SOAP client for this harness (logs in with the configured credentials), for

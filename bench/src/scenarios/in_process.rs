@@ -23,14 +23,12 @@ use volmig::backend::{
     BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId, VolumePage,
     op,
 };
-use volmig::cli::OnPvDelete;
-use volmig::events::Events;
-use volmig::full_sync::FullSync;
+use volmig::controller::full_sync::FullSync;
+use volmig::controller::{Context, PvDeletePolicy, PvIndex};
+use volmig::k8s::events::Events;
+use volmig::k8s::status::{KubeStatusStore, StatusWriter};
 use volmig::metrics::Metrics;
-use volmig::pv_index::PvIndex;
-use volmig::reconcile::Context;
 use volmig::registrar::{LeaderGate, Registrar, RegistrarConfig};
-use volmig::status::KubeStatusStore;
 
 use super::progress;
 use crate::cluster::{self, Cluster, Volume};
@@ -149,12 +147,13 @@ pub async fn run(
     ));
     let ctx = Arc::new(Context {
         migrations: migrations.clone(),
+        status: StatusWriter::new(client.clone()),
         registrar,
         index: Arc::new(PvIndex::default()),
         leader: LeaderGate::always(),
         metrics: Metrics::new(),
         events: Events::new(client.clone(), "volmig-bench"),
-        on_pv_delete: OnPvDelete::Keep,
+        on_pv_delete: PvDeletePolicy::Keep,
         error_requeue: Duration::from_secs(5),
     });
     // The VolumeMigration cache, as the daemon's controller keeps it.
@@ -243,13 +242,13 @@ pub async fn run(
     Ok(SteadyPass {
         mode: "in-process".into(),
         what: format!(
-            "volmig::full_sync::FullSync::run_pass called in the benchmark process (wired as \
+            "volmig::controller::full_sync::FullSync::run_pass called in the benchmark process (wired as \
              `volmig run` wires it: PVs listed from the API test server in pages of {}, \
              VolumeMigrations read from a kube-runtime reflector cache, CNS volumes listed \
              from an in-memory backend in pages of {}); {n} PVs, {n} Registered \
              VolumeMigrations, {n} CNS volumes. CPU = every thread of this process except \
              the API test server's; one warm-up pass is not counted",
-            volmig::full_sync::PAGE_SIZE,
+            volmig::controller::full_sync::PAGE_SIZE,
             volmig::backend::memory::PAGE_SIZE
         ),
         volumes: n,

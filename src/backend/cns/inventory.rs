@@ -160,6 +160,60 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// Every location of the datastore named `name` in the searched datacenters, in the
+    /// order the datacenters were configured (inventory order when none were), so a
+    /// registration can try them one after the other. Reads the inventory again when the
+    /// name is not cached; a name found nowhere is an error of class
+    /// [`ErrorClass::NotFound`].
+    pub async fn resolve_all(
+        &self,
+        client: &SoapClient,
+        name: &str,
+        operation: &'static str,
+    ) -> Result<Vec<DatastoreLocation>, BackendError> {
+        let cached = |inventory: &Self| {
+            inventory
+                .current()
+                .by_name
+                .get(name)
+                .filter(|found| !found.is_empty())
+                .map(|found| inventory.in_configured_order(found))
+        };
+        if let Some(found) = cached(self) {
+            return Ok(found);
+        }
+        match self.resolve(client, name, operation).await {
+            Ok(one) => Ok(vec![one]),
+            Err(err) if err.fault == names::AMBIGUOUS_DATASTORE => cached(self).ok_or(err),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn in_configured_order(&self, found: &[DatastoreLocation]) -> Vec<DatastoreLocation> {
+        let rank = |location: &DatastoreLocation| {
+            let dc_name = location
+                .datacenter_path
+                .rsplit('/')
+                .next()
+                .unwrap_or(&location.datacenter_path);
+            self.filters
+                .iter()
+                .position(|f| {
+                    if f.by_path {
+                        location.datacenter_path == f.text
+                    } else {
+                        dc_name == f.text
+                    }
+                })
+                .unwrap_or(usize::MAX)
+        };
+        let mut ordered = found.to_vec();
+        ordered.sort_by_key(rank);
+        ordered
+    }
+}
+
 fn lookup(
     snapshot: &Snapshot,
     name: &str,

@@ -20,8 +20,18 @@
 //! - `find_volumes` asks CNS for the name and checks name and backing path client-side;
 //!   on a real vCenter, a volume of the same disk under another name surfaces as
 //!   `CnsAlreadyRegisteredFault` on create, whose volume ID is adopted.
-//! - Storage policies (`CreateVolumeRequest::storage_policy_name`) are not applied yet:
-//!   a registration with one logs a warning and registers without it.
+//! - `about.version`/`about.apiVersion` are read at connect ([`CnsBackend::version`]) and
+//!   decide two things, as in the vSphere CSI driver: on API versions above 6.7.3 up to
+//!   7.0.0 a registration first makes the vmdk an FCD (`RegisterDisk`) and creates the
+//!   volume with `backingDiskId`, otherwise with `backingDiskUrlPath`; below 8.0.3
+//!   `protect_from_vm_delete` sets `keepAfterDeleteVm` through VSLM (`/vslm/sdk`), from
+//!   8.0.3 on registration sets it and nothing is called.
+//! - The create spec is the driver's: BLOCK, `containerCluster` {KUBERNETES, cluster ID,
+//!   login user, VANILLA, cluster distribution} and the same in `containerClusterArray`,
+//!   and the storage policy (`CreateVolumeRequest::storage_policy_name`) resolved by name
+//!   through PBM (`/pbm/sdk`, cached) as `profile`; an unknown name is a permanent error.
+//! - A datastore name found in several of the configured datacenters is tried in the
+//!   configured order until a create succeeds.
 
 use std::fmt;
 use std::sync::Arc;
@@ -30,11 +40,13 @@ use std::time::Duration;
 use crate::backend::{BackendError, CnsVolume, ErrorClass, Result, op};
 use crate::volume_path::VolumePath;
 
+mod about;
 mod backing;
 mod config;
 mod fault;
 mod inventory;
 mod ops;
+mod pbm;
 mod session;
 mod soap;
 mod task;
@@ -42,7 +54,9 @@ mod tls;
 mod transport;
 mod vim;
 mod volumes;
+mod vslm;
 
+pub use about::{ApiVersion, VcenterVersion};
 pub use config::{CnsConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_USER_AGENT, Password};
 use fault::names;
 use inventory::Inventory;
@@ -61,6 +75,18 @@ struct Inner {
     /// `host[:port]` for backing URLs.
     authority: String,
     task_timeout: Duration,
+    version: VcenterVersion,
+    options: CnsOptions,
+    policies: pbm::PolicyCache,
+    vslm: vslm::Vslm,
+}
+
+/// What the create spec says beyond [`CnsConfig`] (the driver's `[Global]` settings).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CnsOptions {
+    /// `containerCluster.clusterDistribution` (the driver's `cluster-distribution`, e.g.
+    /// `OpenShift`); left out of the spec when empty.
+    pub cluster_distribution: String,
 }
 
 impl fmt::Debug for CnsBackend {
@@ -80,6 +106,11 @@ impl CnsBackend {
     /// Connects to vCenter, logs in and reads the datacenter inventory. Wrong credentials
     /// give an error of class [`ErrorClass::NotAuthenticated`] naming the URL and user.
     pub async fn connect(config: CnsConfig) -> Result<Self> {
+        Self::connect_with(config, CnsOptions::default()).await
+    }
+
+    /// [`CnsBackend::connect`] with create-spec options.
+    pub async fn connect_with(config: CnsConfig, options: CnsOptions) -> Result<Self> {
         let mut url = config.url.clone();
         if !url.username().is_empty() || url.password().is_some() {
             tracing::warn!("ignoring credentials embedded in the vCenter URL");
@@ -115,6 +146,7 @@ impl CnsBackend {
             .map_err(|e| config_error(format!("TLS setup for {server}: {e}")))?;
         let transport = Transport::new(url, tls, config.request_timeout, &config.user_agent)?;
         let client = SoapClient::new(transport, config.username, config.password).await?;
+        let version = VcenterVersion::from_about(&client.content().about);
         client.login().await?;
         let inventory = Inventory::new(&config.datacenters);
         inventory.refresh(&client, true).await?;
@@ -125,8 +157,17 @@ impl CnsBackend {
                 inventory,
                 authority,
                 task_timeout,
+                version,
+                options,
+                policies: pbm::PolicyCache::default(),
+                vslm: vslm::Vslm::default(),
             }),
         })
+    }
+
+    /// The vCenter's version, as `ServiceContent.about` gave it at connect.
+    pub fn version(&self) -> &VcenterVersion {
+        &self.inner.version
     }
 
     /// Ends the vCenter session (errors are logged). Later calls log in again.

@@ -3,16 +3,148 @@
 use async_trait::async_trait;
 
 use crate::backend::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Result, VolumeBackend, VolumeId,
-    VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
+    VolumeId, VolumePage, op,
 };
 use crate::volume_path::VolumePath;
 
+use super::inventory::DatastoreLocation;
 use super::soap::{self, Returnval};
 use super::task::{self, TaskOutcome};
 use super::transport::Endpoint;
 use super::volumes::{self, BatchResult, VolumeOutcome};
 use super::{CnsBackend, backing, fault, vim};
+
+impl CnsBackend {
+    /// One `CnsCreateVolume` of `request` with the vmdk in `location`.
+    async fn create_at(
+        &self,
+        request: &CreateVolumeRequest,
+        location: &DatastoreLocation,
+        profile_id: Option<&str>,
+    ) -> Result<VolumeId> {
+        let path = &request.path;
+        let what = path.canonical();
+        let client = &self.inner.client;
+        let url = backing::backing_url(
+            &self.inner.authority,
+            &location.datacenter_path,
+            path.datastore(),
+            path,
+        );
+        let disk_id = if self.inner.version.registers_disk_first() {
+            self.register_disk(&url, &request.name, &what).await?
+        } else {
+            None
+        };
+        let backing = match disk_id.as_deref() {
+            Some(id) => volumes::CnsBlockBackingDetails::disk_id(id),
+            None => volumes::CnsBlockBackingDetails::url(&url),
+        };
+        let cluster = volumes::CnsContainerCluster::kubernetes(
+            &request.cluster_id,
+            client.username(),
+            &self.inner.options.cluster_distribution,
+        );
+        let spec = volumes::CnsVolumeCreateSpec {
+            name: &request.name,
+            volume_type: "BLOCK",
+            datastores: vec![location.datastore.clone()],
+            metadata: volumes::CnsVolumeMetadata::of(cluster),
+            backing_object_details: backing,
+            profile: profile_id
+                .map(volumes::VirtualMachineDefinedProfileSpec::new)
+                .into_iter()
+                .collect(),
+        };
+        let task = volumes::start_create(client, op::CREATE, spec)
+            .await
+            .map_err(|e| fault::about(self.note(e), &what))?;
+        let outcome =
+            task::wait::<BatchResult>(client, op::CREATE, &task, self.inner.task_timeout, &what)
+                .await?;
+        let outcome = match outcome {
+            TaskOutcome::Success(result) => {
+                volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
+            }
+            TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
+        };
+        match outcome {
+            VolumeOutcome::Ok(id) => {
+                tracing::info!(path = %what, volume_id = %id, name = %request.name, "CNS volume created");
+                Ok(id)
+            }
+            VolumeOutcome::AlreadyRegistered(id, fault) => {
+                tracing::info!(
+                    path = %what,
+                    volume_id = %id,
+                    message = %fault.message,
+                    "disk is already registered in CNS; adopting its volume"
+                );
+                Ok(id)
+            }
+            VolumeOutcome::Failed(fault) => Err(fault::about(
+                self.note(fault::from_fault(op::CREATE, &fault)),
+                &what,
+            )),
+            VolumeOutcome::Missing => Err(fault::about(
+                fault::malformed(
+                    op::CREATE,
+                    client.sdk_url().as_str(),
+                    "CNS returned no volume",
+                ),
+                &what,
+            )),
+        }
+    }
+
+    /// `RegisterDisk` of the vmdk at `url` as an FCD named `name`; its ID, or `None` when
+    /// the vmdk is an FCD already (`AlreadyExists`: the create then names it by URL).
+    async fn register_disk(&self, url: &str, name: &str, what: &str) -> Result<Option<String>> {
+        let client = &self.inner.client;
+        let manager = client
+            .content()
+            .vstorage_object_manager
+            .as_ref()
+            .ok_or_else(|| {
+                BackendError::new(
+                    ErrorClass::Permanent,
+                    op::REGISTER_DISK,
+                    "NotSupported",
+                    format!("{} has no VStorageObjectManager", client.sdk_url()),
+                )
+            })?;
+        let request = vim::RegisterDisk {
+            this: manager,
+            path: url,
+            name: Some(name),
+        };
+        let response: Result<Returnval<vim::VStorageObject>> = client
+            .call(Endpoint::Sdk, op::REGISTER_DISK, "RegisterDisk", &request)
+            .await;
+        match response {
+            Ok(response) => {
+                let object = response.returnval.ok_or_else(|| {
+                    fault::malformed(
+                        op::REGISTER_DISK,
+                        client.sdk_url().as_str(),
+                        "no VStorageObject",
+                    )
+                })?;
+                tracing::info!(path = %what, fcd_id = %object.config.id.id, "vmdk registered as FCD");
+                Ok(Some(object.config.id.id))
+            }
+            Err(err) if err.fault == "AlreadyExists" => {
+                tracing::info!(
+                    path = %what,
+                    "vmdk is an FCD already; creating the CNS volume by backing URL"
+                );
+                Ok(None)
+            }
+            Err(err) => Err(fault::about(self.note(err), what)),
+        }
+    }
+}
 
 #[async_trait]
 impl VolumeBackend for CnsBackend {
@@ -73,76 +205,50 @@ impl VolumeBackend for CnsBackend {
     async fn create_volume(&self, request: &CreateVolumeRequest) -> Result<VolumeId> {
         let path = &request.path;
         let what = path.canonical();
-        let location = self.resolve(path, op::CREATE).await?;
         let client = &self.inner.client;
-        if let Some(policy) = &request.storage_policy_name {
-            tracing::warn!(
-                path = %what,
-                policy = %policy,
-                "storage policies are not applied on registration yet; registering without"
-            );
-        }
-        let url = backing::backing_url(
-            &self.inner.authority,
-            &location.datacenter_path,
-            path.datastore(),
-            path,
-        );
-        let spec = volumes::CnsVolumeCreateSpec {
-            name: &request.name,
-            volume_type: "BLOCK",
-            datastores: vec![location.datastore.clone()],
-            metadata: volumes::CnsVolumeMetadata {
-                container_cluster: volumes::CnsContainerCluster {
-                    cluster_type: "KUBERNETES",
-                    cluster_id: &request.cluster_id,
-                    vsphere_user: client.username(),
-                },
-            },
-            backing_object_details: volumes::CnsBlockBackingDetails {
-                xsi_type: "CnsBlockBackingDetails",
-                backing_disk_url_path: &url,
-            },
+        let profile_id = match request.storage_policy_name.as_deref().map(str::trim) {
+            Some(name) if !name.is_empty() => Some(
+                self.inner
+                    .policies
+                    .profile_id(client, op::CREATE, name)
+                    .await
+                    .map_err(|e| fault::about(e, &what))?,
+            ),
+            _ => None,
         };
-        let task = volumes::start_create(client, op::CREATE, spec)
+        let locations = self
+            .inner
+            .inventory
+            .resolve_all(client, path.datastore(), op::CREATE)
             .await
-            .map_err(|e| fault::about(self.note(e), &what))?;
-        let outcome =
-            task::wait::<BatchResult>(client, op::CREATE, &task, self.inner.task_timeout, &what)
-                .await?;
-        let outcome = match outcome {
-            TaskOutcome::Success(result) => {
-                volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
+            .map_err(|e| fault::about(e, &what))?;
+        let count = locations.len();
+        let mut last = None;
+        for (n, location) in locations.into_iter().enumerate() {
+            match self
+                .create_at(request, &location, profile_id.as_deref())
+                .await
+            {
+                Ok(id) => return Ok(id),
+                Err(err) if n + 1 < count && err.class != ErrorClass::NotAuthenticated => {
+                    tracing::warn!(
+                        path = %what,
+                        datacenter = %location.datacenter_path,
+                        error = %err,
+                        "registration failed in this datacenter; trying the next one"
+                    );
+                    last = Some(err);
+                }
+                Err(err) => return Err(err),
             }
-            TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
-        };
-        match outcome {
-            VolumeOutcome::Ok(id) => {
-                tracing::info!(path = %what, volume_id = %id, name = %request.name, "CNS volume created");
-                Ok(id)
-            }
-            VolumeOutcome::AlreadyRegistered(id, fault) => {
-                tracing::info!(
-                    path = %what,
-                    volume_id = %id,
-                    message = %fault.message,
-                    "disk is already registered in CNS; adopting its volume"
-                );
-                Ok(id)
-            }
-            VolumeOutcome::Failed(fault) => Err(fault::about(
-                self.note(fault::from_fault(op::CREATE, &fault)),
-                &what,
-            )),
-            VolumeOutcome::Missing => Err(fault::about(
-                fault::malformed(
-                    op::CREATE,
-                    client.sdk_url().as_str(),
-                    "CNS returned no volume",
-                ),
-                &what,
-            )),
         }
+        Err(last.unwrap_or_else(|| {
+            fault::malformed(
+                op::CREATE,
+                client.sdk_url().as_str(),
+                "no datacenter to try",
+            )
+        }))
     }
 
     async fn delete_volume(&self, id: &VolumeId) -> Result<()> {
@@ -203,5 +309,29 @@ impl VolumeBackend for CnsBackend {
             volumes,
             next: next.map(|n| n.to_string()),
         })
+    }
+
+    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+        if self.inner.version.registration_protects() {
+            return Ok(Protection::ByRegistration);
+        }
+        self.inner
+            .vslm
+            .keep_after_delete_vm(&self.inner.client, op::PROTECT, id)
+            .await
+            .map_err(|e| fault::about(e, &format!("CNS volume {id}")))?;
+        tracing::info!(volume_id = %id, "disk protected from VM deletion (keepAfterDeleteVm)");
+        Ok(Protection::FlagSet)
+    }
+
+    async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
+        if self.inner.version.registration_protects() {
+            return Ok(true);
+        }
+        self.inner
+            .vslm
+            .keeps_after_delete_vm(&self.inner.client, op::IS_PROTECTED, id)
+            .await
+            .map_err(|e| fault::about(e, &format!("CNS volume {id}")))
     }
 }

@@ -8,23 +8,26 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
+use crate::backend::on_demand::INVALID_LOGIN;
 use crate::backend::{BackendError, ErrorClass};
 
 use super::Password;
 use super::fault::{self, names};
-use super::soap::{self, CNS_NS, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
+use super::soap::{self, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
 use super::transport::{Endpoint, SESSION_COOKIE, Transport};
 use super::vim::{Login, Logout, RetrieveServiceContent, ServiceContent, UserSession};
 
 /// API version announced before `ServiceContent` is known.
 const INITIAL_API_VERSION: &str = "7.0";
 
-/// The current session: the cookie value as the server sent it, and a generation counter
-/// that tells concurrent re-logins apart.
+/// The current session: the cookie value as the server sent it, a generation counter
+/// that tells concurrent re-logins apart, and the error of the last login attempt when it
+/// failed (shared with every caller that waited for that attempt).
 #[derive(Debug, Default, Clone)]
 struct Session {
     cookie: Option<String>,
     generation: u64,
+    failed_login: Option<BackendError>,
 }
 
 /// A logged-in SOAP client for one vCenter.
@@ -107,6 +110,17 @@ impl SoapClient {
         if let Ok(mut session) = self.session.lock() {
             session.cookie = cookie;
             session.generation += 1;
+            session.failed_login = None;
+        }
+    }
+
+    /// Records a failed login: a new generation without a cookie, so callers that waited
+    /// for this attempt get its error instead of logging in again themselves.
+    fn set_failed_login(&self, err: &BackendError) {
+        if let Ok(mut session) = self.session.lock() {
+            session.cookie = None;
+            session.generation += 1;
+            session.failed_login = Some(err.clone());
         }
     }
 
@@ -121,8 +135,9 @@ impl SoapClient {
         })
     }
 
-    /// `SessionManager.Login`. Wrong credentials give a `NotAuthenticated` error naming the
-    /// vCenter URL and the user, never the password.
+    /// `SessionManager.Login`. Wrong credentials give a `NotAuthenticated` error with fault
+    /// `InvalidLogin` naming the vCenter URL and the user, never the password. Callers
+    /// above ([`crate::backend::on_demand`]) turn it into a backed-off, permanent error.
     pub async fn login(&self) -> Result<(), BackendError> {
         let op = "Login";
         let this = self.session_manager(op)?;
@@ -137,6 +152,11 @@ impl SoapClient {
             },
         )?;
         let context = |mut e: BackendError| {
+            if e.class == ErrorClass::NotAuthenticated && e.fault != INVALID_LOGIN {
+                // NotAuthenticated in answer to Login itself: the credentials were refused.
+                e.message = format!("{} ({})", e.message, e.fault);
+                e.fault = INVALID_LOGIN.to_owned();
+            }
             e.message = format!(
                 "login to {} as user '{}' failed: {}",
                 self.sdk_url(),
@@ -198,14 +218,24 @@ impl SoapClient {
         }
     }
 
-    /// Logs in again unless another task already did since `stale_generation`.
+    /// Logs in again unless another task already tried since `stale_generation`; then its
+    /// outcome is shared: one login attempt for all the callers that found the session
+    /// expired at the same time, whether it succeeds or fails.
     async fn relogin(&self, stale_generation: u64) -> Result<(), BackendError> {
         let _gate = self.login_gate.lock().await;
-        if self.session().generation != stale_generation {
-            return Ok(());
+        let session = self.session();
+        if session.generation != stale_generation {
+            return match session.failed_login {
+                Some(err) => Err(err),
+                None => Ok(()),
+            };
         }
         tracing::info!(vcenter = %self.sdk_url(), "vCenter session is not valid any more; logging in again");
-        self.login().await
+        let result = self.login().await;
+        if let Err(err) = &result {
+            self.set_failed_login(err);
+        }
+        result
     }
 
     /// Calls `method` with `body` and parses the response element as `T`. A
@@ -217,14 +247,16 @@ impl SoapClient {
         method: &str,
         body: &B,
     ) -> Result<T, BackendError> {
-        let namespace = match endpoint {
-            Endpoint::Sdk => VIM_NS,
-            Endpoint::Cns => CNS_NS,
-        };
+        let namespace = endpoint.namespace();
         let xml = serialize(operation, method, namespace, body)?;
         let mut relogged = false;
         loop {
             let session = self.session();
+            if let Some(err) = session.failed_login.filter(|e| e.fault == INVALID_LOGIN) {
+                // The credentials were refused: no call (and no login) until a new client
+                // with current credentials replaces this one, or `logout` resets it.
+                return Err(err);
+            }
             let result = self
                 .call_once(endpoint, operation, &xml, session.cookie.as_deref())
                 .await;
@@ -246,16 +278,13 @@ impl SoapClient {
         xml: &str,
         cookie: Option<&str>,
     ) -> Result<T, BackendError> {
-        let header = match endpoint {
-            Endpoint::Cns => cookie.map(unquote),
-            Endpoint::Sdk => None,
-        };
+        let header = cookie.filter(|_| endpoint.session_header()).map(unquote);
         let (_, body) = self
             .transport
             .post(
                 endpoint,
                 operation,
-                &self.soap_action,
+                &endpoint.soap_action(&self.soap_action),
                 envelope(xml, header),
                 cookie,
             )

@@ -21,6 +21,40 @@ pub(crate) enum Endpoint {
     Sdk,
     /// CNS at `/vsanHealth`.
     Cns,
+    /// Storage policies (PBM) at `/pbm/sdk`.
+    Pbm,
+    /// Virtual storage lifecycle management (VSLM) at `/vslm/sdk`.
+    Vslm,
+}
+
+impl Endpoint {
+    /// The XML namespace of this endpoint's request elements.
+    pub(crate) fn namespace(self) -> &'static str {
+        match self {
+            Endpoint::Sdk => soap::VIM_NS,
+            Endpoint::Cns => soap::CNS_NS,
+            Endpoint::Pbm => "urn:pbm",
+            Endpoint::Vslm => "urn:vslm",
+        }
+    }
+
+    /// True for the endpoints beside `/sdk` that read the session from the
+    /// `vcSessionCookie` SOAP header (the cookie is sent too).
+    pub(crate) fn session_header(self) -> bool {
+        !matches!(self, Endpoint::Sdk)
+    }
+
+    /// The `SOAPAction` of a call: `/sdk` and `/vsanHealth` get the vim25 action of the
+    /// connected vCenter; PBM and VSLM get their namespace with an empty version, which
+    /// vCenter answers with its default version (as govmomi's service clients send it).
+    pub(crate) fn soap_action(self, vim_action: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            Endpoint::Sdk | Endpoint::Cns => std::borrow::Cow::Borrowed(vim_action),
+            Endpoint::Pbm | Endpoint::Vslm => {
+                std::borrow::Cow::Owned(format!("{}/", self.namespace()))
+            }
+        }
+    }
 }
 
 /// The plain HTTP side: where to post envelopes and how long to wait.
@@ -28,6 +62,8 @@ pub(crate) struct Transport {
     http: reqwest::Client,
     sdk_url: Url,
     cns_url: Url,
+    pbm_url: Url,
+    vslm_url: Url,
     timeout: Duration,
 }
 
@@ -61,10 +97,16 @@ impl Transport {
         let mut cns_url = sdk_url.clone();
         cns_url.set_path("/vsanHealth");
         cns_url.set_query(None);
+        let mut pbm_url = cns_url.clone();
+        pbm_url.set_path("/pbm/sdk");
+        let mut vslm_url = cns_url.clone();
+        vslm_url.set_path("/vslm/sdk");
         Ok(Self {
             http,
             sdk_url,
             cns_url,
+            pbm_url,
+            vslm_url,
             timeout,
         })
     }
@@ -78,6 +120,8 @@ impl Transport {
         match endpoint {
             Endpoint::Sdk => &self.sdk_url,
             Endpoint::Cns => &self.cns_url,
+            Endpoint::Pbm => &self.pbm_url,
+            Endpoint::Vslm => &self.vslm_url,
         }
     }
 

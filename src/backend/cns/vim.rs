@@ -24,6 +24,9 @@ pub(crate) struct ServiceContent {
     pub session_manager: Option<MoRef>,
     #[serde(rename = "virtualDiskManager")]
     pub virtual_disk_manager: Option<MoRef>,
+    /// `VcenterVStorageObjectManager` (FCDs), for `RegisterDisk`.
+    #[serde(rename = "vStorageObjectManager")]
+    pub vstorage_object_manager: Option<MoRef>,
 }
 
 /// `AboutInfo`: product and API version.
@@ -31,6 +34,9 @@ pub(crate) struct ServiceContent {
 pub(crate) struct AboutInfo {
     #[serde(rename = "fullName", default)]
     pub full_name: String,
+    /// Product version, e.g. `8.0.3`.
+    #[serde(default)]
+    pub version: String,
     #[serde(rename = "apiVersion", default)]
     pub api_version: String,
     #[serde(rename = "apiType", default)]
@@ -68,6 +74,38 @@ pub(crate) struct QueryVirtualDiskUuid<'a> {
     pub this: &'a MoRef,
     pub name: &'a str,
     pub datacenter: &'a MoRef,
+}
+
+/// `VcenterVStorageObjectManager.RegisterDisk`: makes an existing vmdk a First Class Disk.
+#[derive(Serialize)]
+pub(crate) struct RegisterDisk<'a> {
+    #[serde(rename = "_this")]
+    pub this: &'a MoRef,
+    /// The vmdk's datastore URL (`https://host/folder/…?dcPath=…&dsName=…`).
+    pub path: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+}
+
+/// `ID` of vim25 (and VSLM): `<id><id>…</id></id>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IdXml {
+    pub id: String,
+}
+
+/// `VStorageObject`, the parts volmig reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct VStorageObject {
+    pub config: VStorageObjectConfigInfo,
+}
+
+/// `VStorageObjectConfigInfo` (a `BaseConfigInfo`), the parts volmig reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct VStorageObjectConfigInfo {
+    pub id: IdXml,
+    /// Set when the FCD survives the deletion of a VM it is attached to.
+    #[serde(rename = "keepAfterDeleteVm")]
+    pub keep_after_delete_vm: Option<bool>,
 }
 
 /// `PropertyCollector.RetrievePropertiesEx`.

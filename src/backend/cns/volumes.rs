@@ -27,7 +27,8 @@ pub(crate) struct CnsCreateVolume<'a> {
     pub create_specs: Vec<CnsVolumeCreateSpec<'a>>,
 }
 
-/// `CnsVolumeCreateSpec` for a static (existing vmdk) BLOCK volume.
+/// `CnsVolumeCreateSpec` for a static (existing vmdk) BLOCK volume, as the vSphere CSI
+/// driver writes it.
 #[derive(Serialize)]
 pub(crate) struct CnsVolumeCreateSpec<'a> {
     pub name: &'a str,
@@ -37,17 +38,31 @@ pub(crate) struct CnsVolumeCreateSpec<'a> {
     pub metadata: CnsVolumeMetadata<'a>,
     #[serde(rename = "backingObjectDetails")]
     pub backing_object_details: CnsBlockBackingDetails<'a>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub profile: Vec<VirtualMachineDefinedProfileSpec<'a>>,
 }
 
-/// `CnsVolumeMetadata` with the container cluster only.
+/// `CnsVolumeMetadata`: the container cluster, and the same in `containerClusterArray`.
 #[derive(Serialize)]
 pub(crate) struct CnsVolumeMetadata<'a> {
     #[serde(rename = "containerCluster")]
     pub container_cluster: CnsContainerCluster<'a>,
+    #[serde(rename = "containerClusterArray")]
+    pub container_cluster_array: Vec<CnsContainerCluster<'a>>,
+}
+
+impl<'a> CnsVolumeMetadata<'a> {
+    /// The metadata of a volume of the one cluster `cluster`.
+    pub fn of(cluster: CnsContainerCluster<'a>) -> Self {
+        Self {
+            container_cluster: cluster.clone(),
+            container_cluster_array: vec![cluster],
+        }
+    }
 }
 
 /// `CnsContainerCluster`.
-#[derive(Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct CnsContainerCluster<'a> {
     #[serde(rename = "clusterType")]
     pub cluster_type: &'static str,
@@ -55,15 +70,74 @@ pub(crate) struct CnsContainerCluster<'a> {
     pub cluster_id: &'a str,
     #[serde(rename = "vSphereUser")]
     pub vsphere_user: &'a str,
+    #[serde(rename = "clusterFlavor")]
+    pub cluster_flavor: &'static str,
+    /// Left out when empty, as the driver does.
+    #[serde(rename = "clusterDistribution", skip_serializing_if = "str::is_empty")]
+    pub cluster_distribution: &'a str,
 }
 
-/// `CnsBlockBackingDetails` pointing at an existing vmdk by URL.
+impl<'a> CnsContainerCluster<'a> {
+    /// A vanilla Kubernetes cluster, as the vSphere CSI driver describes it.
+    pub fn kubernetes(cluster_id: &'a str, vsphere_user: &'a str, distribution: &'a str) -> Self {
+        Self {
+            cluster_type: "KUBERNETES",
+            cluster_id,
+            vsphere_user,
+            cluster_flavor: "VANILLA",
+            cluster_distribution: distribution,
+        }
+    }
+}
+
+/// `CnsBlockBackingDetails`: an existing vmdk by FCD ID (after `RegisterDisk`) or by URL.
 #[derive(Serialize)]
 pub(crate) struct CnsBlockBackingDetails<'a> {
     #[serde(rename = "@xsi:type")]
     pub xsi_type: &'static str,
-    #[serde(rename = "backingDiskUrlPath")]
-    pub backing_disk_url_path: &'a str,
+    #[serde(rename = "backingDiskId", skip_serializing_if = "Option::is_none")]
+    pub backing_disk_id: Option<&'a str>,
+    #[serde(rename = "backingDiskUrlPath", skip_serializing_if = "Option::is_none")]
+    pub backing_disk_url_path: Option<&'a str>,
+}
+
+impl<'a> CnsBlockBackingDetails<'a> {
+    /// The disk named by its backing URL.
+    pub fn url(url: &'a str) -> Self {
+        Self {
+            xsi_type: "CnsBlockBackingDetails",
+            backing_disk_id: None,
+            backing_disk_url_path: Some(url),
+        }
+    }
+
+    /// The disk named by its FCD ID.
+    pub fn disk_id(id: &'a str) -> Self {
+        Self {
+            xsi_type: "CnsBlockBackingDetails",
+            backing_disk_id: Some(id),
+            backing_disk_url_path: None,
+        }
+    }
+}
+
+/// `VirtualMachineDefinedProfileSpec`: a storage policy by profile ID.
+#[derive(Serialize)]
+pub(crate) struct VirtualMachineDefinedProfileSpec<'a> {
+    #[serde(rename = "@xsi:type")]
+    pub xsi_type: &'static str,
+    #[serde(rename = "profileId")]
+    pub profile_id: &'a str,
+}
+
+impl<'a> VirtualMachineDefinedProfileSpec<'a> {
+    /// The policy whose profile ID is `profile_id`.
+    pub fn new(profile_id: &'a str) -> Self {
+        Self {
+            xsi_type: "VirtualMachineDefinedProfileSpec",
+            profile_id,
+        }
+    }
 }
 
 /// `CnsQueryVolume`.

@@ -28,44 +28,139 @@ fn outcome(xml: &str) -> VolumeOutcome {
     volume_outcome(info.result.unwrap_or_default().volume_results.first())
 }
 
-#[test]
-fn the_create_request_follows_the_wsdl() {
+fn create_xml(
+    backing: CnsBlockBackingDetails<'_>,
+    profile: Option<&str>,
+    distribution: &str,
+) -> String {
     let request = CnsCreateVolume {
         this: volume_manager(),
         create_specs: vec![CnsVolumeCreateSpec {
             name: "volmig-abc",
             volume_type: "BLOCK",
             datastores: vec![MoRef::new("Datastore", "datastore-11")],
-            metadata: CnsVolumeMetadata {
-                container_cluster: CnsContainerCluster {
-                    cluster_type: "KUBERNETES",
-                    cluster_id: "cluster-1",
-                    vsphere_user: "admin@vsphere.local",
-                },
-            },
-            backing_object_details: CnsBlockBackingDetails {
-                xsi_type: "CnsBlockBackingDetails",
-                backing_disk_url_path: "https://vc/folder/a%20b.vmdk?dcPath=DC0&dsName=ds",
-            },
+            metadata: CnsVolumeMetadata::of(CnsContainerCluster::kubernetes(
+                "cluster-1",
+                "admin@vsphere.local",
+                distribution,
+            )),
+            backing_object_details: backing,
+            profile: profile
+                .map(VirtualMachineDefinedProfileSpec::new)
+                .into_iter()
+                .collect(),
         }],
     };
-    let xml = method_xml(
+    method_xml(
         "CnsCreateVolume",
         crate::backend::cns::soap::CNS_NS,
         &request,
     )
+    .unwrap()
+}
+
+const CLUSTER: &str = "<clusterType>KUBERNETES</clusterType><clusterId>cluster-1</clusterId>\
+    <vSphereUser>admin@vsphere.local</vSphereUser><clusterFlavor>VANILLA</clusterFlavor>";
+
+#[test]
+fn the_create_request_follows_the_wsdl() {
+    let xml = create_xml(
+        CnsBlockBackingDetails::url("https://vc/folder/a%20b.vmdk?dcPath=DC0&dsName=ds"),
+        None,
+        "",
+    );
+    assert_eq!(
+        xml,
+        format!(
+            "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+             cns-volume-manager</_this><createSpecs><name>volmig-abc</name>\
+             <volumeType>BLOCK</volumeType><datastores type=\"Datastore\">datastore-11\
+             </datastores><metadata><containerCluster>{CLUSTER}</containerCluster>\
+             <containerClusterArray>{CLUSTER}</containerClusterArray></metadata>\
+             <backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskUrlPath>\
+             https://vc/folder/a%20b.vmdk?dcPath=DC0&amp;dsName=ds</backingDiskUrlPath>\
+             </backingObjectDetails></createSpecs></CnsCreateVolume>"
+        )
+    );
+}
+
+#[test]
+fn the_create_request_names_a_registered_disk_a_policy_and_a_distribution() {
+    let xml = create_xml(
+        CnsBlockBackingDetails::disk_id("0c2d3e4f-1111-4b4b-8c8c-000000000042"),
+        Some("4d5f673c-536f-11e6-beb8-9e71128cae77"),
+        "OpenShift",
+    );
+    let cluster = format!("{CLUSTER}<clusterDistribution>OpenShift</clusterDistribution>");
+    assert!(
+        xml.contains(&format!(
+            "<metadata><containerCluster>{cluster}</containerCluster><containerClusterArray>\
+             {cluster}</containerClusterArray></metadata>"
+        )),
+        "{xml}"
+    );
+    assert!(
+        xml.ends_with(
+            "<backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskId>\
+             0c2d3e4f-1111-4b4b-8c8c-000000000042</backingDiskId></backingObjectDetails>\
+             <profile xsi:type=\"VirtualMachineDefinedProfileSpec\"><profileId>\
+             4d5f673c-536f-11e6-beb8-9e71128cae77</profileId></profile></createSpecs>\
+             </CnsCreateVolume>"
+        ),
+        "{xml}"
+    );
+    assert!(!xml.contains("backingDiskUrlPath"), "{xml}");
+}
+
+#[test]
+fn register_disk_request_and_answers() {
+    use crate::backend::cns::soap::ResponseError;
+    use crate::backend::cns::vim::{RegisterDisk, VStorageObject};
+    let manager = MoRef::new("VcenterVStorageObjectManager", "VStorageObjectManager");
+    let xml = method_xml(
+        "RegisterDisk",
+        VIM_NS,
+        &RegisterDisk {
+            this: &manager,
+            path: "https://vc/folder/kubevols/disk-0001.vmdk?dcPath=DC0&dsName=LocalDS_0",
+            name: Some("volmig-abc"),
+        },
+    )
     .unwrap();
     assert_eq!(
         xml,
-        "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">cns-volume-manager\
-         </_this><createSpecs><name>volmig-abc</name><volumeType>BLOCK</volumeType>\
-         <datastores type=\"Datastore\">datastore-11</datastores><metadata><containerCluster>\
-         <clusterType>KUBERNETES</clusterType><clusterId>cluster-1</clusterId>\
-         <vSphereUser>admin@vsphere.local</vSphereUser></containerCluster></metadata>\
-         <backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskUrlPath>\
-         https://vc/folder/a%20b.vmdk?dcPath=DC0&amp;dsName=ds</backingDiskUrlPath>\
-         </backingObjectDetails></createSpecs></CnsCreateVolume>"
+        "<RegisterDisk xmlns=\"urn:vim25\"><_this type=\"VcenterVStorageObjectManager\">\
+         VStorageObjectManager</_this><path>https://vc/folder/kubevols/disk-0001.vmdk?\
+         dcPath=DC0&amp;dsName=LocalDS_0</path><name>volmig-abc</name></RegisterDisk>"
     );
+    let parsed: Returnval<VStorageObject> =
+        parse_response(include_str!("fixtures/register_disk.xml")).unwrap();
+    let config = parsed.returnval.unwrap().config;
+    assert_eq!(config.id.id, "0c2d3e4f-1111-4b4b-8c8c-000000000042");
+    assert_eq!(config.keep_after_delete_vm, Some(false));
+    let Err(ResponseError::Fault(fault)) = parse_response::<Returnval<VStorageObject>>(
+        include_str!("fixtures/fault_already_exists.xml"),
+    ) else {
+        panic!("expected a fault");
+    };
+    let err = crate::backend::cns::fault::from_fault("RegisterDisk", &fault);
+    assert_eq!(err.fault, "AlreadyExists", "{err}");
+}
+
+#[test]
+fn the_service_content_names_the_vstorage_object_manager() {
+    use crate::backend::cns::vim::ServiceContent;
+    let parsed: Returnval<ServiceContent> =
+        parse_response(include_str!("fixtures/service_content_803.xml")).unwrap();
+    let content = parsed.returnval.unwrap();
+    assert_eq!(
+        content.vstorage_object_manager,
+        Some(MoRef::new(
+            "VcenterVStorageObjectManager",
+            "VStorageObjectManager"
+        ))
+    );
+    assert_eq!(content.about.version, "8.0.3");
 }
 
 #[test]

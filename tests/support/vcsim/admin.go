@@ -57,6 +57,20 @@ func (h *harness) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case p == "/debug/sessions/expire" && r.Method == http.MethodPost:
 		writeJSON(w, http.StatusOK, map[string]int{"expired": h.expireSessions()})
+	case p == "/debug/modes" && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+		h.serveModes(w, r)
+	case p == "/debug/credentials" && r.Method == http.MethodPost:
+		h.serveCredentials(w, r)
+	case p == "/debug/credentials" && r.Method == http.MethodGet:
+		user, pass := h.credentials()
+		writeJSON(w, http.StatusOK, map[string]string{"username": user, "password": pass})
+	case p == "/debug/cns/creates" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, h.creates.list())
+	case p == "/debug/cns/creates" && r.Method == http.MethodDelete:
+		h.creates.reset()
+		w.WriteHeader(http.StatusNoContent)
+	case p == "/debug/vslm/objects" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, h.fcds.list())
 	case p == "/debug" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, h.startLine())
 	default:

@@ -50,6 +50,8 @@ type volumeMeta struct {
 	datastore  string
 	relPath    string
 	file       string
+	// backingDiskID is the FCD a backingDiskId registration named (else the volume ID).
+	backingDiskID string
 }
 
 func faultResult(id string, fault types.BaseMethodFault, msg string) *cnstypes.CnsVolumeOperationResult {
@@ -67,9 +69,11 @@ func createFault(name string, fault types.BaseMethodFault, msg string) cnstypes.
 }
 
 // CnsCreateVolume creates one volume per create spec (per datastore for dynamic specs).
+// With a task duration (-cns-task-duration or POST /debug/modes) the task is answered in
+// state running and the volumes are created only when it completes.
 func (m *cnsManager) CnsCreateVolume(ctx *simulator.Context, req *cnstypes.CnsCreateVolume) soap.HasFault {
 	arrival := time.Now().Add(-time.Duration(m.h.opts.delays["CnsCreateVolume"]) * time.Millisecond)
-	task := simulator.CreateTask(m, "CnsCreateVolume", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+	run := func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		if len(req.CreateSpecs) == 0 {
 			return nil, &types.InvalidArgument{InvalidProperty: "CnsVolumeCreateSpec"}
 		}
@@ -78,8 +82,43 @@ func (m *cnsManager) CnsCreateVolume(ctx *simulator.Context, req *cnstypes.CnsCr
 			results = append(results, m.createOne(ctx, spec, arrival)...)
 		}
 		return &cnstypes.CnsVolumeOperationBatchResult{VolumeResults: results}, nil
+	}
+	task := simulator.CreateTask(m, "CnsCreateVolume", run)
+	d := m.h.modes.taskDurationNow()
+	if d <= 0 {
+		return &methods.CnsCreateVolumeBody{Res: &cnstypes.CnsCreateVolumeResponse{Returnval: task.Run()}}
+	}
+	simulator.Map.WithLock(task, func() {
+		simulator.Map.Update(task, []types.PropertyChange{
+			{Name: "info.startTime", Val: time.Now()},
+			{Name: "info.state", Val: types.TaskInfoStateRunning},
+		})
 	})
-	return &methods.CnsCreateVolumeBody{Res: &cnstypes.CnsCreateVolumeResponse{Returnval: task.Run()}}
+	go m.completeLater(task, d)
+	return &methods.CnsCreateVolumeBody{Res: &cnstypes.CnsCreateVolumeResponse{Returnval: task.Self}}
+}
+
+// completeLater runs a slow task's work after d (under the CNS manager's lock, like a
+// SOAP call) and publishes its outcome as Task.Run does.
+func (m *cnsManager) completeLater(task *simulator.Task, d time.Duration) {
+	time.Sleep(d)
+	var res types.AnyType
+	var fault types.BaseMethodFault
+	m.h.cnsReg.WithLock(m, func() { res, fault = task.Execute(task) })
+	state := types.TaskInfoStateSuccess
+	var lf interface{}
+	if fault != nil {
+		state = types.TaskInfoStateError
+		lf = types.LocalizedMethodFault{Fault: fault, LocalizedMessage: fmt.Sprintf("%T", fault)}
+	}
+	simulator.Map.WithLock(task, func() {
+		simulator.Map.Update(task, []types.PropertyChange{
+			{Name: "info.completeTime", Val: time.Now()},
+			{Name: "info.state", Val: state},
+			{Name: "info.result", Val: res},
+			{Name: "info.error", Val: lf},
+		})
+	})
 }
 
 func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreateSpec, arrival time.Time) []cnstypes.BaseCnsVolumeOperationResult {
@@ -87,7 +126,7 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &types.InvalidArgument{InvalidProperty: "backingObjectDetails"}, "backingObjectDetails is required")}
 	}
 	block, isBlock := spec.BackingObjectDetails.(*cnstypes.CnsBlockBackingDetails)
-	if !isBlock || block.BackingDiskUrlPath == "" || block.BackingDiskId != "" {
+	if !isBlock || (block.BackingDiskUrlPath == "" && block.BackingDiskId == "") {
 		for _, ref := range spec.Datastores {
 			if m.h.datastoreByRef(ref) == nil {
 				return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &types.ManagedObjectNotFound{Obj: ref}, fmt.Sprintf("datastore %s not found", ref.Value))}
@@ -96,9 +135,24 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 		return m.delegateCreate(ctx, spec, nil)
 	}
 
-	ds, rel, err := m.h.resolveBackingURL(block.BackingDiskUrlPath)
-	if err != nil {
-		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: err.Error()}, err.Error())}
+	var ds *datastore
+	var rel, backingURL, diskID string
+	if block.BackingDiskId != "" {
+		// An FCD made by RegisterDisk (or an earlier registration): vCenter 6.7.3 < API
+		// <= 7.0.0 registers this way. The first CNS volume takes the FCD's ID.
+		f, ok := m.h.fcds.get(block.BackingDiskId)
+		if !ok {
+			msg := fmt.Sprintf("The object or item referred to could not be found: FCD %s", block.BackingDiskId)
+			return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: msg}, msg)}
+		}
+		ds, rel, backingURL, diskID = f.Datastore, f.RelPath, f.URL, f.ID
+	} else {
+		var err error
+		ds, rel, err = m.h.resolveBackingURL(block.BackingDiskUrlPath)
+		if err != nil {
+			return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: err.Error()}, err.Error())}
+		}
+		backingURL = block.BackingDiskUrlPath
 	}
 	file := filepath.Join(ds.dir, filepath.FromSlash(rel))
 	if _, err := os.Stat(file); err != nil {
@@ -114,7 +168,37 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 		}
 	}
 	spec.Datastores = []types.ManagedObjectReference{ds.ref}
-	return m.delegateCreate(ctx, spec, &volumeMeta{backingURL: block.BackingDiskUrlPath, datastore: ds.name, relPath: rel, file: file})
+	tmpl := &volumeMeta{backingURL: backingURL, datastore: ds.name, relPath: rel, file: file, backingDiskID: diskID}
+	if diskID != "" {
+		if _, taken := m.meta[diskID]; !taken {
+			// upstream keeps the FCD ID as volume ID (in its "any datastore" bucket);
+			// the wrapper's metadata supplies the real datastore.
+			return m.delegateCreate(ctx, spec, tmpl)
+		}
+		// A further registration of the same FCD: a new volume with a new ID, the same
+		// duplicate behaviour as for backingDiskUrlPath.
+		spec.BackingObjectDetails = &cnstypes.CnsBlockBackingDetails{CnsBackingObjectDetails: block.CnsBackingObjectDetails}
+	} else {
+		spec.BackingObjectDetails = &cnstypes.CnsBlockBackingDetails{CnsBackingObjectDetails: block.CnsBackingObjectDetails, BackingDiskUrlPath: block.BackingDiskUrlPath}
+	}
+	res := m.delegateCreate(ctx, spec, tmpl)
+	if diskID == "" {
+		// Every static registration makes an FCD whose ID is the volume ID.
+		keep := m.h.modes.currentVersion().atLeast803()
+		for _, r := range res {
+			op := r.GetCnsVolumeOperationResult()
+			if op.Fault != nil || op.VolumeId.Id == "" {
+				continue
+			}
+			f := &fcd{ID: op.VolumeId.Id, Name: spec.Name, Datastore: ds, RelPath: rel, File: file,
+				Source: "CnsCreateVolume", CreateTime: time.Now(), Flags: map[string]bool{}}
+			if keep {
+				f.Flags[string(types.VslmVStorageObjectControlFlagKeepAfterDeleteVm)] = true
+			}
+			m.h.fcds.add(f)
+		}
+	}
+	return res
 }
 
 // delegateCreate lets upstream create the volume(s) and records their metadata.
@@ -178,16 +262,20 @@ func (m *cnsManager) allVolumes(ctx context.Context) []cnstypes.CnsVolume {
 	for i := range vols {
 		v := &vols[i]
 		vm := m.meta[v.VolumeId.Id]
-		if vm == nil || vm.backingURL == "" {
+		if vm == nil || (vm.backingURL == "" && vm.backingDiskID == "") {
 			continue
 		}
 		var base cnstypes.CnsBackingObjectDetails
 		if v.BackingObjectDetails != nil {
 			base = *v.BackingObjectDetails.GetCnsBackingObjectDetails()
 		}
+		diskID := vm.backingDiskID
+		if diskID == "" {
+			diskID = v.VolumeId.Id
+		}
 		v.BackingObjectDetails = &cnstypes.CnsBlockBackingDetails{
 			CnsBackingObjectDetails: base,
-			BackingDiskId:           v.VolumeId.Id,
+			BackingDiskId:           diskID,
 			BackingDiskUrlPath:      vm.backingURL,
 		}
 	}
@@ -351,6 +439,7 @@ func (m *cnsManager) removeVolume(ctx context.Context, id string, deleteDisk boo
 		m.h.fileMu.Lock()
 		_ = os.Remove(vm.file)
 		m.h.fileMu.Unlock()
+		m.h.fcds.remove(id)
 	}
 	return true
 }

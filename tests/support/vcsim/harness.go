@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"html"
+	"io"
+	"regexp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -40,6 +44,10 @@ type harness struct {
 
 	sessionMu sync.Mutex
 	sessions  map[string]bool // keys handed out by Login, for POST /debug/sessions/expire
+
+	modes   *modes     // runtime-switchable behaviour (POST /debug/modes)
+	creates *createLog // every CnsCreateVolume spec received (GET /debug/cns/creates)
+	fcds    *fcdStore  // FCDs for RegisterDisk, backingDiskId and VSLM
 }
 
 // datastore is one local datastore and the directory that backs it.
@@ -51,7 +59,21 @@ type datastore struct {
 }
 
 func newHarness(opts *options) (h *harness, err error) {
-	h = &harness{opts: opts, stats: newStats(), sessions: map[string]bool{}}
+	version, err := findVersion(opts.vcenterVersion)
+	if err != nil {
+		return nil, err
+	}
+	h = &harness{
+		opts: opts, stats: newStats(), sessions: map[string]bool{},
+		modes: &modes{
+			taskDuration:        opts.cnsTaskDuration,
+			dropCreateReplies:   opts.dropCreateReplies,
+			failTaskPolls:       opts.failTaskPolls,
+			failTaskPollsWindow: opts.failTaskPollsWindow,
+		},
+		creates: &createLog{},
+		fcds:    newFcdStore(),
+	}
 	defer func() {
 		if err != nil && h.tmp != "" {
 			_ = os.RemoveAll(h.tmp)
@@ -104,6 +126,12 @@ func newHarness(opts *options) (h *harness, err error) {
 	}
 
 	h.installCNS()
+	h.applyVersion(version)
+	if err = h.installVStorageObjectManager(); err != nil {
+		return nil, err
+	}
+	h.installVSLM()
+	h.installPBM()
 
 	if !opts.plainHTTP {
 		h.certFile = opts.certOut
@@ -120,7 +148,7 @@ func newHarness(opts *options) (h *harness, err error) {
 	}
 	m.Service.Listen = &url.URL{Host: opts.listen, User: url.UserPassword(opts.username, opts.password)}
 	// The CNS endpoint is installed by installCNS (a wrapped copy of cns/simulator's
-	// registry); RegisterEndpoints would register /vsanHealth a second time.
+	// registry), PBM by installPBM; RegisterEndpoints would register them a second time.
 	m.Service.RegisterEndpoints = false
 	if err = h.startServer(); err != nil {
 		return nil, err
@@ -177,6 +205,7 @@ func (h *harness) startLine() startLine {
 	for _, ds := range h.datastores {
 		dss = append(dss, datastoreEntry{Name: ds.name, Dir: ds.dir, InventoryPath: ds.invPath, Ref: ds.ref.Value})
 	}
+	user, _ := h.credentials()
 	return startLine{
 		URL:         h.url,
 		Datacenter:  filepath.Base(h.dcPath),
@@ -184,7 +213,7 @@ func (h *harness) startLine() startLine {
 		Datastores:  dss,
 		Cert:        h.certFile,
 		Admin:       h.admin,
-		Username:    h.opts.username,
+		Username:    user,
 		CnsQuery:    h.opts.cnsQuery,
 	}
 }
@@ -355,7 +384,8 @@ func (h *harness) installCNS() {
 	h.model.Service.RegisterSDK(reg)
 }
 
-// handler serves /debug/ itself and counts every SOAP call before the simulator sees it.
+// handler serves /debug/ itself and counts every SOAP call before the simulator sees it;
+// the fault modes (dropped create replies, failing task polls) act here.
 func (h *harness) handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/debug" || strings.HasPrefix(r.URL.Path, "/debug/") {
@@ -363,13 +393,95 @@ func (h *harness) handler(next http.Handler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			if h.stats.serveCounted(w, r, next) == "Login" {
-				h.rememberSession(w.Header())
-			}
+			h.serveSOAP(w, r, next)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// serveSOAP reads the body, names the SOAP method, counts the call around the simulator
+// and applies the fault modes.
+func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	body, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	method := soapMethod(body)
+	ua := r.UserAgent()
+	if r.URL.Path != "/sdk" {
+		sessionFromHeader(r, body)
+	}
+	h.stats.begin(method, ua)
+	rec := &statusRecorder{ResponseWriter: w}
+	dropped := false
+	defer func() { h.stats.end(method, ua, rec.status, dropped) }()
+
+	drop := false
+	if method == "CnsCreateVolume" {
+		h.creates.record(body, ua)
+		drop = h.modes.createArrived()
+	}
+	if isTaskPoll(method, body) && h.modes.failPoll() {
+		http.Error(rec, "503 Service Unavailable (vcsim-harness: failing task polls)", http.StatusServiceUnavailable)
+		return
+	}
+	if drop {
+		// The call runs to the end (the task and the volume exist), then the connection
+		// is closed without an answer: a reply lost on the way back.
+		next.ServeHTTP(&discardWriter{header: http.Header{}}, r)
+		dropped = true
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler) // no hijacking (HTTP/2): abort the stream instead
+	}
+	next.ServeHTTP(rec, r)
+	if method == "Login" && rec.status == http.StatusOK {
+		h.rememberSession(rec.Header())
+	}
+}
+
+// discardWriter swallows the response of a call whose reply is dropped.
+type discardWriter struct{ header http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.header }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+var (
+	taskObjRE     = regexp.MustCompile(`<(?:[A-Za-z0-9_]+:)?obj\b[^>]*\btype="Task"`)
+	sessionHdrRE  = regexp.MustCompile(`<(?:[A-Za-z0-9_]+:)?vcSessionCookie>([^<]*)</`)
+	taskPollCalls = map[string]bool{"RetrievePropertiesEx": true, "RetrieveProperties": true, "CreateFilter": true}
+)
+
+// isTaskPoll tells a task poll: RetrieveProperties(Ex) or CreateFilter whose object set
+// names a Task (volmig and govmomi's task.Wait read a task this way).
+func isTaskPoll(method string, body []byte) bool {
+	return taskPollCalls[method] && taskObjRE.Match(body)
+}
+
+// sessionFromHeader lets a call to a non-vim25 endpoint (/vsanHealth, /pbm/sdk,
+// /vslm/sdk) authenticate with only the vcSessionCookie SOAP header, as real vCenter's
+// services do: the simulator itself reads only the vmware_soap_session cookie.
+func sessionFromHeader(r *http.Request, body []byte) {
+	if _, err := r.Cookie(soap.SessionCookieName); err == nil {
+		return
+	}
+	m := sessionHdrRE.FindSubmatch(body)
+	if m == nil {
+		return
+	}
+	val := strings.Trim(html.UnescapeString(strings.TrimSpace(string(m[1]))), `"`)
+	if val != "" {
+		r.AddCookie(&http.Cookie{Name: soap.SessionCookieName, Value: val})
+	}
 }
 
 // rememberSession records the session key a successful Login set as a cookie.

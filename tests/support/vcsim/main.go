@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // delayFlag collects repeatable -delay Method=ms flags.
@@ -66,6 +67,12 @@ type options struct {
 	cnsQuery         string
 	cnsPageLimit     int
 	stdinEOFExit     bool
+
+	cnsTaskDuration     time.Duration
+	dropCreateReplies   int
+	failTaskPolls       int
+	failTaskPollsWindow time.Duration
+	vcenterVersion      string
 }
 
 // startLine is the one JSON line printed on stdout once the simulator is serving.
@@ -107,6 +114,11 @@ func parseFlags() *options {
 	flag.BoolVar(&o.alreadyReg, "cns-already-registered", false, "CnsCreateVolume of a disk registered before the call arrived fails with CnsAlreadyRegisteredFault")
 	flag.StringVar(&o.cnsQuery, "cns-query", "vcenter", "CnsQueryVolume filters: vcenter (honour ids, names, cluster ids, datastores) or upstream (govmomi: volume ids only)")
 	flag.IntVar(&o.cnsPageLimit, "cns-page-limit", 0, "cap on volumes per CnsQueryVolume page (0 = no cap)")
+	flag.DurationVar(&o.cnsTaskDuration, "cns-task-duration", 0, "CnsCreateVolume tasks stay running this long (e.g. 3s) before the volume is created (0 = at once)")
+	flag.IntVar(&o.dropCreateReplies, "drop-create-replies", 0, "the next N CnsCreateVolume calls run, but the connection is closed without a reply")
+	flag.IntVar(&o.failTaskPolls, "fail-task-polls", 0, "the next N task polls (RetrieveProperties(Ex)/CreateFilter on a Task) answer HTTP 503")
+	flag.DurationVar(&o.failTaskPollsWindow, "fail-task-polls-window", 0, "task polls answer HTTP 503 for this long after each CnsCreateVolume arrives")
+	flag.StringVar(&o.vcenterVersion, "vcenter-version", "6.5", "about.version/apiVersion to report: 6.5 (govmomi default), 6.7.3, 7.0.0, 7.0.3 or 8.0.3")
 	flag.BoolVar(&o.stdinEOFExit, "exit-on-stdin-eof", false, "exit when stdin reaches EOF (the parent died)")
 	flag.Parse()
 	if !*tlsFlag {
@@ -120,6 +132,12 @@ func parseFlags() *options {
 	}
 	if o.cnsQuery != "vcenter" && o.cnsQuery != "upstream" {
 		log.Fatalf("-cns-query must be vcenter or upstream, got %q", o.cnsQuery)
+	}
+	if _, err := findVersion(o.vcenterVersion); err != nil {
+		log.Fatalf("-vcenter-version: %v", err)
+	}
+	if o.dropCreateReplies < 0 || o.failTaskPolls < 0 || o.cnsTaskDuration < 0 || o.failTaskPollsWindow < 0 {
+		log.Fatalf("-drop-create-replies, -fail-task-polls and the durations must not be negative")
 	}
 	if o.datastores < 1 {
 		log.Fatalf("-datastores must be at least 1")

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -34,6 +35,20 @@ pub struct VcsimOptions {
     pub page_limit: usize,
     /// Log every SOAP request and response to the harness log (`Vcsim::log_file`).
     pub trace: bool,
+    /// `CnsCreateVolume` tasks stay `running` this long; the volume appears when the task
+    /// completes (`None` = at once). Runtime: `Vcsim::set_cns_task_duration`.
+    pub cns_task_duration: Option<Duration>,
+    /// The next N `CnsCreateVolume` calls run but their reply is dropped (the connection
+    /// is closed unanswered). Runtime: `Vcsim::set_drop_create_replies`.
+    pub drop_create_replies: u32,
+    /// The next N task polls answer HTTP 503. Runtime: `Vcsim::set_fail_task_polls`.
+    pub fail_task_polls: u32,
+    /// Task polls answer HTTP 503 for this long after each `CnsCreateVolume` arrives.
+    /// Runtime: `Vcsim::set_fail_task_polls_window`.
+    pub fail_task_polls_window: Option<Duration>,
+    /// Reported vCenter release: `6.5` (govmomi's default, used when `None`), `6.7.3`,
+    /// `7.0.0`, `7.0.3` or `8.0.3`. Runtime: `Vcsim::set_vcenter_version`.
+    pub vcenter_version: Option<String>,
 }
 
 impl Default for VcsimOptions {
@@ -51,6 +66,11 @@ impl Default for VcsimOptions {
             upstream_queries: false,
             page_limit: 0,
             trace: false,
+            cns_task_duration: None,
+            drop_create_replies: 0,
+            fail_task_polls: 0,
+            fail_task_polls_window: None,
+            vcenter_version: None,
         }
     }
 }
@@ -65,6 +85,18 @@ impl VcsimOptions {
     /// Adds a per-method delay.
     pub fn delay(mut self, method: &str, ms: u64) -> Self {
         self.delays.push((method.to_string(), ms));
+        self
+    }
+
+    /// Slow `CnsCreateVolume` tasks (see the field).
+    pub fn cns_task_duration(mut self, d: Duration) -> Self {
+        self.cns_task_duration = Some(d);
+        self
+    }
+
+    /// Reported vCenter release (see the field).
+    pub fn vcenter_version(mut self, version: &str) -> Self {
+        self.vcenter_version = Some(version.to_string());
         self
     }
 
@@ -95,6 +127,21 @@ impl VcsimOptions {
         }
         if self.trace {
             args.push("-trace".to_string());
+        }
+        if let Some(d) = self.cns_task_duration {
+            args.push(format!("-cns-task-duration={}ms", d.as_millis()));
+        }
+        if self.drop_create_replies > 0 {
+            args.push(format!("-drop-create-replies={}", self.drop_create_replies));
+        }
+        if self.fail_task_polls > 0 {
+            args.push(format!("-fail-task-polls={}", self.fail_task_polls));
+        }
+        if let Some(d) = self.fail_task_polls_window {
+            args.push(format!("-fail-task-polls-window={}ms", d.as_millis()));
+        }
+        if let Some(v) = &self.vcenter_version {
+            args.push(format!("-vcenter-version={v}"));
         }
         args
     }
@@ -164,6 +211,12 @@ pub struct SimStats {
     /// Calls per User-Agent, then per method.
     #[serde(default)]
     pub calls_by_user_agent: BTreeMap<String, BTreeMap<String, u64>>,
+    /// HTTP errors per User-Agent, then per method (a failed `Login` counts here).
+    #[serde(default)]
+    pub faults_by_user_agent: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Calls whose reply the harness dropped (`drop_create_replies`).
+    #[serde(default)]
+    pub dropped: BTreeMap<String, u64>,
 }
 
 impl SimStats {
@@ -177,6 +230,25 @@ impl SimStats {
         self.max_in_flight.get(method).copied().unwrap_or(0)
     }
 
+    /// HTTP errors answered to `method` (0 when none).
+    pub fn faults(&self, method: &str) -> u64 {
+        self.faults.get(method).copied().unwrap_or(0)
+    }
+
+    /// HTTP errors answered to `method` called with User-Agent `ua`.
+    pub fn faults_by(&self, ua: &str, method: &str) -> u64 {
+        self.faults_by_user_agent
+            .get(ua)
+            .and_then(|m| m.get(method))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Calls of `method` whose reply was dropped.
+    pub fn dropped(&self, method: &str) -> u64 {
+        self.dropped.get(method).copied().unwrap_or(0)
+    }
+
     /// Calls of `method` made with User-Agent `ua`.
     pub fn calls_by(&self, ua: &str, method: &str) -> u64 {
         self.calls_by_user_agent
@@ -185,4 +257,87 @@ impl SimStats {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// The runtime modes of the harness (`GET /debug/modes`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimModes {
+    /// How long `CnsCreateVolume` tasks stay running, in milliseconds.
+    pub cns_task_duration_ms: u64,
+    /// `CnsCreateVolume` replies still to drop.
+    pub drop_create_replies: u32,
+    /// Task polls still to fail with HTTP 503.
+    pub fail_task_polls: u32,
+    /// Window after each create in which task polls fail, in milliseconds.
+    pub fail_task_polls_window_ms: u64,
+    /// Reported release (`6.5`, `6.7.3`, `7.0.0`, `7.0.3`, `8.0.3`).
+    pub vcenter_version: String,
+    /// `about.version` as reported.
+    pub about_version: String,
+    /// `about.apiVersion` as reported.
+    pub about_api_version: String,
+}
+
+/// The container cluster of a recorded create spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SimContainerCluster {
+    /// `KUBERNETES`.
+    pub cluster_type: String,
+    /// Cluster ID.
+    pub cluster_id: String,
+    /// vSphere user named in the metadata.
+    #[serde(rename = "vSphereUser")]
+    pub vsphere_user: String,
+    /// `VANILLA`, ...
+    pub cluster_flavor: String,
+    /// Distribution, e.g. `OpenShift`.
+    pub cluster_distribution: String,
+}
+
+/// One `CnsCreateVolume` spec as the harness received it (`GET /debug/cns/creates`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimCreate {
+    /// Volume name.
+    pub name: String,
+    /// `BLOCK`.
+    pub volume_type: String,
+    /// `metadata.containerCluster`, if sent.
+    pub container_cluster: Option<SimContainerCluster>,
+    /// `metadata.containerClusterArray`.
+    pub container_cluster_array: Vec<SimContainerCluster>,
+    /// `profile[].profileId`.
+    pub profile_ids: Vec<String>,
+    /// `backingObjectDetails.backingDiskUrlPath` (empty when not sent).
+    pub backing_disk_url_path: String,
+    /// `backingObjectDetails.backingDiskId` (empty when not sent).
+    pub backing_disk_id: String,
+    /// `datastores` MoRef values.
+    pub datastores: Vec<String>,
+    /// User-Agent of the request.
+    pub user_agent: String,
+    /// Arrival time, RFC 3339.
+    pub time: String,
+}
+
+/// One FCD of the harness's VSLM endpoint (`GET /debug/vslm/objects`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimVslmObject {
+    /// FCD ID (the CNS volume ID for registrations by URL).
+    pub id: String,
+    /// FCD name.
+    pub name: String,
+    /// `[datastore] folder/file.vmdk`.
+    pub backing_path: String,
+    /// The `keepAfterDeleteVm` control flag.
+    pub keep_after_delete_vm: bool,
+    /// Every control flag set.
+    pub control_flags: Vec<String>,
+    /// `RegisterDisk` or `CnsCreateVolume`.
+    pub source: String,
+    /// Creation time, RFC 3339.
+    pub create_time: String,
 }

@@ -10,6 +10,26 @@ pub struct RawSoap {
     http: reqwest::Client,
     cookie: String,
     user: String,
+    via: SessionVia,
+}
+
+/// How a logged-in `RawSoap` presents its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionVia {
+    /// `Cookie: vmware_soap_session=..` and the `vcSessionCookie` SOAP header (default).
+    Both,
+    /// Only the HTTP cookie.
+    Cookie,
+    /// Only the `vcSessionCookie` SOAP header (what real vCenter's PBM/VSLM read).
+    Header,
+}
+
+/// The `info.state` value in a task poll answer (`running`, `success`, `error`), if any.
+pub fn task_state(xml: &str) -> Option<String> {
+    let rest = &xml[xml.find("<name>info.state</name>")?..];
+    let rest = &rest[rest.find("<val")?..];
+    let value = &rest[rest.find('>')? + 1..rest.find("</val>")?];
+    Some(value.trim().to_string())
 }
 
 /// Escapes text for an XML element.
@@ -43,7 +63,27 @@ impl RawSoap {
             http,
             cookie: String::new(),
             user: String::new(),
+            via: SessionVia::Both,
         }
+    }
+
+    /// The same session, presented only as `via` says.
+    pub fn session_via(&self, via: SessionVia) -> RawSoap {
+        RawSoap {
+            via,
+            ..self.clone()
+        }
+    }
+
+    /// `https://127.0.0.1:PORT/folder/FILE?dcPath=DC&dsName=DS`, a backing URL.
+    pub fn backing_url(&self, dc_path: &str, datastore: &str, file_path: &str) -> String {
+        let host = self.base.split("://").nth(1).unwrap_or_default();
+        format!(
+            "https://{host}/folder/{}?dcPath={}&dsName={}",
+            percent_encode(file_path),
+            percent_encode(dc_path),
+            percent_encode(datastore)
+        )
     }
 
     /// POSTs one SOAP body (an element such as `<Logout ...>`) to `/sdk` or `/vsanHealth`
@@ -54,7 +94,24 @@ impl RawSoap {
     }
 
     async fn post(&self, endpoint: &str, body: &str) -> (u16, String, Option<String>) {
-        let header = if self.cookie.is_empty() {
+        self.try_post(endpoint, body)
+            .await
+            .unwrap_or_else(|e| panic!("raw SOAP: {e}"))
+    }
+
+    /// Like `call`, but a transport failure (e.g. the connection closed without an answer)
+    /// is an `Err` instead of a panic.
+    pub async fn try_call(&self, endpoint: &str, body: &str) -> Result<(u16, String), String> {
+        let (status, text, _) = self.try_post(endpoint, body).await?;
+        Ok((status, text))
+    }
+
+    async fn try_post(
+        &self,
+        endpoint: &str,
+        body: &str,
+    ) -> Result<(u16, String, Option<String>), String> {
+        let header = if self.cookie.is_empty() || self.via == SessionVia::Cookie {
             String::new()
         } else {
             format!(
@@ -77,16 +134,13 @@ impl RawSoap {
             .header("SOAPAction", "\"urn:vim25/7.0.3.0\"")
             .header(reqwest::header::USER_AGENT, SUPPORT_USER_AGENT)
             .body(envelope);
-        if !self.cookie.is_empty() {
+        if !self.cookie.is_empty() && self.via != SessionVia::Header {
             req = req.header(
                 reqwest::header::COOKIE,
                 format!("vmware_soap_session={}", self.cookie),
             );
         }
-        let resp = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("raw SOAP: POST {url}: {e}"));
+        let resp = req.send().await.map_err(|e| format!("POST {url}: {e}"))?;
         let status = resp.status().as_u16();
         let cookie = resp
             .headers()
@@ -104,8 +158,8 @@ impl RawSoap {
         let text = resp
             .text()
             .await
-            .unwrap_or_else(|e| panic!("raw SOAP: POST {url}: read body: {e}"));
-        (status, text, cookie)
+            .map_err(|e| format!("POST {url}: read body: {e}"))?;
+        Ok((status, text, cookie))
     }
 
     /// `SessionManager.Login`; on success the session cookie is used by later calls, on
@@ -184,47 +238,85 @@ impl RawSoap {
         file_path: &str,
         cluster_id: &str,
     ) -> Result<String, String> {
-        let host = self
-            .base
-            .split("://")
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        let url = format!(
-            "https://{host}/folder/{}?dcPath={}&dsName={}",
-            percent_encode(file_path),
-            percent_encode(dc_path),
-            percent_encode(datastore)
-        );
-        let body = format!(
-            "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
-             cns-volume-manager</_this><createSpecs><name>{}</name><volumeType>BLOCK\
-             </volumeType><metadata><containerCluster><clusterType>KUBERNETES</clusterType>\
-             <clusterId>{}</clusterId><vSphereUser>{}</vSphereUser><clusterFlavor>VANILLA\
-             </clusterFlavor></containerCluster></metadata><backingObjectDetails \
-             xsi:type=\"CnsBlockBackingDetails\"><backingDiskUrlPath>{}</backingDiskUrlPath>\
-             </backingObjectDetails></createSpecs></CnsCreateVolume>",
-            xml_escape(name),
-            xml_escape(cluster_id),
-            xml_escape(&self.user),
-            xml_escape(&url)
-        );
-        let (status, text) = self.call("/vsanHealth", &body).await;
-        let task = text
-            .split("<returnval type=\"Task\">")
-            .nth(1)
-            .and_then(|r| r.split('<').next())
-            .ok_or_else(|| format!("CnsCreateVolume: HTTP {status}, no task: {text}"))?
-            .to_string();
-        let result = self.task_result(&task).await;
+        let task = self
+            .start_create_volume(name, dc_path, datastore, file_path, cluster_id)
+            .await?;
+        self.volume_of_task(&task).await
+    }
+
+    /// Waits for a `CnsCreateVolume` task and returns the volume ID of its first result.
+    pub async fn volume_of_task(&self, task: &str) -> Result<String, String> {
+        let result = self
+            .wait_task(task, std::time::Duration::from_secs(60))
+            .await;
         match xml_texts(&result, "id").first() {
             Some(id) if !id.is_empty() && !result.contains("<fault") => Ok(id.clone()),
             _ => Err(format!("CnsCreateVolume task {task} failed: {result}")),
         }
     }
 
-    /// The `info.state` + `info.result` response for a task (already complete in vcsim).
-    pub async fn task_result(&self, task: &str) -> String {
+    /// Sends `CnsCreateVolume` for a vmdk named by its backing URL and returns the task ID
+    /// (the task may still be running); `Err` when the reply is a fault or never comes.
+    pub async fn start_create_volume(
+        &self,
+        name: &str,
+        dc_path: &str,
+        datastore: &str,
+        file_path: &str,
+        cluster_id: &str,
+    ) -> Result<String, String> {
+        let url = self.backing_url(dc_path, datastore, file_path);
+        let backing = format!(
+            "<backingDiskUrlPath>{}</backingDiskUrlPath>",
+            xml_escape(&url)
+        );
+        self.start_create(name, cluster_id, &backing).await
+    }
+
+    /// Sends `CnsCreateVolume` for an FCD (`backingDiskId`) and returns the task ID.
+    pub async fn start_create_volume_by_disk_id(
+        &self,
+        name: &str,
+        disk_id: &str,
+        cluster_id: &str,
+    ) -> Result<String, String> {
+        let backing = format!("<backingDiskId>{}</backingDiskId>", xml_escape(disk_id));
+        self.start_create(name, cluster_id, &backing).await
+    }
+
+    async fn start_create(
+        &self,
+        name: &str,
+        cluster_id: &str,
+        backing: &str,
+    ) -> Result<String, String> {
+        let cluster = format!(
+            "<clusterType>KUBERNETES</clusterType><clusterId>{}</clusterId>\
+             <vSphereUser>{}</vSphereUser><clusterFlavor>VANILLA</clusterFlavor>",
+            xml_escape(cluster_id),
+            xml_escape(&self.user)
+        );
+        let body = format!(
+            "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+             cns-volume-manager</_this><createSpecs><name>{}</name><volumeType>BLOCK\
+             </volumeType><metadata><containerCluster>{cluster}</containerCluster>\
+             </metadata><backingObjectDetails xsi:type=\"CnsBlockBackingDetails\">{backing}\
+             </backingObjectDetails></createSpecs></CnsCreateVolume>",
+            xml_escape(name),
+        );
+        let (status, text) = self
+            .try_call("/vsanHealth", &body)
+            .await
+            .map_err(|e| format!("CnsCreateVolume: {e}"))?;
+        text.split("<returnval type=\"Task\">")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .map(str::to_string)
+            .ok_or_else(|| format!("CnsCreateVolume: HTTP {status}, no task: {text}"))
+    }
+
+    /// One poll of a task (`info.state`, `info.result`, `info.error`): HTTP status and text.
+    pub async fn poll_task(&self, task: &str) -> (u16, String) {
         let body = format!(
             "<RetrievePropertiesEx xmlns=\"urn:vim25\"><_this type=\"PropertyCollector\">\
              propertyCollector</_this><specSet><propSet><type>Task</type><pathSet>info.state\
@@ -233,9 +325,140 @@ impl RawSoap {
              <options/></RetrievePropertiesEx>",
             xml_escape(task)
         );
-        let (status, text) = self.call("/sdk", &body).await;
+        self.call("/sdk", &body).await
+    }
+
+    /// The `info.state` + `info.result` response for a task that has completed.
+    pub async fn task_result(&self, task: &str) -> String {
+        let (status, text) = self.poll_task(task).await;
         assert_eq!(status, 200, "raw SOAP: task {task}: {text}");
         text
+    }
+
+    /// Polls a task every 50 ms until it is `success` or `error` (panics after `timeout`);
+    /// returns the last answer.
+    pub async fn wait_task(&self, task: &str, timeout: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let text = self.task_result(task).await;
+            match task_state(&text).as_deref() {
+                Some("success" | "error") => return text,
+                _ if std::time::Instant::now() > deadline => {
+                    panic!("raw SOAP: task {task} not done after {timeout:?}: {text}")
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// `RetrieveServiceContent` on `/sdk` (no session needed): the response text.
+    pub async fn service_content(&self) -> String {
+        let (status, text) = self
+            .call(
+                "/sdk",
+                "<RetrieveServiceContent xmlns=\"urn:vim25\"><_this type=\"ServiceInstance\">\
+                 ServiceInstance</_this></RetrieveServiceContent>",
+            )
+            .await;
+        assert_eq!(status, 200, "raw SOAP: RetrieveServiceContent: {text}");
+        text
+    }
+
+    /// vim25 `VcenterVStorageObjectManager.RegisterDisk` of a backing URL: the FCD ID, or
+    /// the HTTP status and fault text.
+    pub async fn register_disk(&self, url: &str, name: &str) -> Result<String, String> {
+        let body = format!(
+            "<RegisterDisk xmlns=\"urn:vim25\"><_this type=\"VcenterVStorageObjectManager\">\
+             VStorageObjectManager</_this><path>{}</path><name>{}</name></RegisterDisk>",
+            xml_escape(url),
+            xml_escape(name)
+        );
+        let (status, text) = self.call("/sdk", &body).await;
+        // `config.id` is an `ID` object: `<id><id>UUID</id></id>`.
+        let id = xml_texts(&text, "id")
+            .first()
+            .and_then(|outer| outer.rsplit('>').next().map(str::to_string));
+        match id {
+            Some(id) if status == 200 && !id.is_empty() => Ok(id),
+            _ => Err(format!("HTTP {status}: {text}")),
+        }
+    }
+
+    /// VSLM `RetrieveContent` on `/vslm/sdk`: HTTP status and text.
+    pub async fn vslm_content(&self) -> (u16, String) {
+        self.call(
+            "/vslm/sdk",
+            "<RetrieveContent xmlns=\"urn:vslm\"><_this type=\"VslmServiceInstance\">\
+             ServiceInstance</_this></RetrieveContent>",
+        )
+        .await
+    }
+
+    /// VSLM `VslmRetrieveVStorageObject` of FCD `id`: HTTP status and text.
+    pub async fn vslm_retrieve(&self, id: &str) -> (u16, String) {
+        let body = format!(
+            "<VslmRetrieveVStorageObject xmlns=\"urn:vslm\"><_this \
+             type=\"VslmVStorageObjectManager\">VStorageObjectManager</_this><id><id>{}</id>\
+             </id></VslmRetrieveVStorageObject>",
+            xml_escape(id)
+        );
+        self.call("/vslm/sdk", &body).await
+    }
+
+    /// VSLM `VslmSetVStorageObjectControlFlags` on FCD `id`: HTTP status and text.
+    pub async fn vslm_set_control_flags(&self, id: &str, flags: &[&str]) -> (u16, String) {
+        let flags: String = flags
+            .iter()
+            .map(|f| format!("<controlFlags>{}</controlFlags>", xml_escape(f)))
+            .collect();
+        let body = format!(
+            "<VslmSetVStorageObjectControlFlags xmlns=\"urn:vslm\"><_this \
+             type=\"VslmVStorageObjectManager\">VStorageObjectManager</_this><id><id>{}</id>\
+             </id>{flags}</VslmSetVStorageObjectControlFlags>",
+            xml_escape(id)
+        );
+        self.call("/vslm/sdk", &body).await
+    }
+
+    /// Resolves a storage policy name to its profile ID through `/pbm/sdk`
+    /// (`PbmQueryProfile` for STORAGE requirement profiles, then `PbmRetrieveContent`).
+    pub async fn pbm_profile_id(&self, name: &str) -> Option<String> {
+        let (status, text) = self
+            .call(
+                "/pbm/sdk",
+                "<PbmQueryProfile xmlns=\"urn:pbm\"><_this type=\"PbmProfileProfileManager\">\
+                 ProfileManager</_this><resourceType><resourceType>STORAGE</resourceType>\
+                 </resourceType><profileCategory>REQUIREMENT</profileCategory></PbmQueryProfile>",
+            )
+            .await;
+        assert_eq!(status, 200, "raw SOAP: PbmQueryProfile: {text}");
+        let ids: String = xml_texts(&text, "uniqueId")
+            .iter()
+            .map(|id| {
+                format!(
+                    "<profileIds><uniqueId>{}</uniqueId></profileIds>",
+                    xml_escape(id)
+                )
+            })
+            .collect();
+        let body = format!(
+            "<PbmRetrieveContent xmlns=\"urn:pbm\"><_this type=\"PbmProfileProfileManager\">\
+             ProfileManager</_this>{ids}</PbmRetrieveContent>"
+        );
+        let (status, text) = self.call("/pbm/sdk", &body).await;
+        assert_eq!(status, 200, "raw SOAP: PbmRetrieveContent: {text}");
+        for profile in text.split("<returnval").skip(1) {
+            let id = profile
+                .split("<uniqueId>")
+                .nth(1)?
+                .split("</uniqueId>")
+                .next()?;
+            let pname = profile.split("<name>").nth(1)?.split("</name>").next()?;
+            if pname == xml_escape(name) {
+                return Some(id.to_string());
+            }
+        }
+        None
     }
 }
 

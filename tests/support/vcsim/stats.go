@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/xml"
-	"io"
 	"net/http"
 	"sync"
 )
@@ -17,6 +16,8 @@ type stats struct {
 	inFlight    map[string]int
 	maxInFlight map[string]int
 	byUA        map[string]map[string]int
+	faultsByUA  map[string]map[string]int
+	dropped     map[string]int
 }
 
 // statsSnapshot is the JSON of GET /debug/stats.
@@ -26,6 +27,11 @@ type statsSnapshot struct {
 	InFlight         map[string]int            `json:"inFlight"`
 	MaxInFlight      map[string]int            `json:"maxInFlight"`
 	CallsByUserAgent map[string]map[string]int `json:"callsByUserAgent"`
+	// FaultsByUserAgent counts HTTP errors per User-Agent and method (a failed Login is
+	// an InvalidLogin fault, HTTP 500).
+	FaultsByUserAgent map[string]map[string]int `json:"faultsByUserAgent"`
+	// Dropped counts calls whose reply the harness dropped (-drop-create-replies).
+	Dropped map[string]int `json:"dropped"`
 }
 
 func newStats() *stats {
@@ -41,6 +47,8 @@ func (s *stats) reset() {
 	s.calls = map[string]int{}
 	s.faults = map[string]int{}
 	s.byUA = map[string]map[string]int{}
+	s.faultsByUA = map[string]map[string]int{}
+	s.dropped = map[string]int{}
 	s.maxInFlight = map[string]int{}
 	for k, v := range s.inFlight {
 		if v > 0 {
@@ -65,12 +73,18 @@ func (s *stats) snapshot() statsSnapshot {
 	for k, v := range s.byUA {
 		ua[k] = cp(v)
 	}
+	fua := make(map[string]map[string]int, len(s.faultsByUA))
+	for k, v := range s.faultsByUA {
+		fua[k] = cp(v)
+	}
 	return statsSnapshot{
 		Calls:            cp(s.calls),
 		Faults:           cp(s.faults),
 		InFlight:         cp(s.inFlight),
 		MaxInFlight:      cp(s.maxInFlight),
 		CallsByUserAgent: ua,
+		FaultsByUserAgent: fua,
+		Dropped:           cp(s.dropped),
 	}
 }
 
@@ -88,12 +102,19 @@ func (s *stats) begin(method, ua string) {
 	}
 }
 
-func (s *stats) end(method string, status int) {
+func (s *stats) end(method, ua string, status int, dropped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inFlight[method]--
+	if dropped {
+		s.dropped[method]++
+	}
 	if status >= 400 {
 		s.faults[method]++
+		if s.faultsByUA[ua] == nil {
+			s.faultsByUA[ua] = map[string]int{}
+		}
+		s.faultsByUA[ua][method]++
 	}
 }
 
@@ -114,25 +135,6 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	return r.ResponseWriter.Write(b)
-}
-
-// serveCounted reads the body, names the SOAP method, and counts the call around next;
-// it returns the method name.
-func (s *stats) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler) string {
-	body, err := io.ReadAll(r.Body)
-	_ = r.Body.Close()
-	if err != nil {
-		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-		return ""
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	method := soapMethod(body)
-	ua := r.UserAgent()
-	s.begin(method, ua)
-	rec := &statusRecorder{ResponseWriter: w}
-	defer func() { s.end(method, rec.status) }()
-	next.ServeHTTP(rec, r)
-	return method
 }
 
 // soapMethod returns the local name of the first element inside the SOAP Body, or

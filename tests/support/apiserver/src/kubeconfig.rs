@@ -3,8 +3,15 @@
 /// Name of the cluster, context and user entries.
 pub const NAME: &str = "kube-testserver";
 
-/// A kubeconfig with one cluster at `url`, a current context and a dummy token user.
+/// A kubeconfig with one cluster at `url`, a current context and the admin token (user
+/// `admin`, group `system:masters`).
 pub fn render(url: &str) -> String {
+    render_with_token(url, crate::auth::ADMIN_TOKEN)
+}
+
+/// A kubeconfig with one cluster at `url`, a current context and a user with `token`.
+pub fn render_with_token(url: &str, token: &str) -> String {
+    let token = serde_json::Value::String(token.to_string());
     format!(
         "apiVersion: v1
 kind: Config
@@ -23,7 +30,7 @@ preferences: {{}}
 users:
 - name: {NAME}
   user:
-    token: kube-testserver-token
+    token: {token}
 "
     )
 }

@@ -15,6 +15,7 @@
 
 mod admin;
 pub mod admission;
+pub mod auth;
 pub mod convert;
 pub mod discovery;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod store;
 pub mod tables;
 mod watch;
 
+pub use auth::UserInfo;
 pub use faults::{FailureRates, FaultConfig, Faults};
 pub use server::{Options, TestServer};
-pub use stats::{RequestCount, Stats, Verb};
+pub use stats::{ForbiddenCount, RequestCount, Stats, Verb};

@@ -34,6 +34,10 @@ struct Cli {
     /// Kubernetes version to report (MAJOR.MINOR); the kubectl dispatcher picks its client by it.
     #[arg(long, default_value = "1.33", value_parser = parse_version)]
     kube_version: (u32, u32),
+    /// Treat requests without credentials as `system:anonymous` (like a real server)
+    /// instead of the admin (kubectl and helm send no token over plain HTTP).
+    #[arg(long)]
+    anonymous_is_anonymous: bool,
 }
 
 fn parse_version(s: &str) -> Result<(u32, u32), String> {
@@ -62,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
         seed: cli.seed,
         bookmark_interval: Duration::from_secs(cli.bookmark_interval_seconds.max(1)),
         kube_version: cli.kube_version,
+        anonymous_is_admin: !cli.anonymous_is_anonymous,
     };
     let server = TestServer::start(opts).await?;
     if let Some(path) = &cli.kubeconfig_out {

@@ -132,6 +132,40 @@ const DELETE_OPTIONS: Desc = &[
     (5, "dryRun", F::RepStr),
 ];
 
+const BOUND_REF: Desc = &[
+    (1, "kind", F::Str),
+    (2, "apiVersion", F::Str),
+    (3, "name", F::Str),
+    (4, "uid", F::Str),
+];
+const TOKEN_REQUEST_SPEC: Desc = &[
+    (1, "audiences", F::RepStr),
+    (3, "boundObjectRef", F::Msg(BOUND_REF)),
+    (4, "expirationSeconds", F::Int),
+];
+const TOKEN_REQUEST: Desc = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "spec", F::Msg(TOKEN_REQUEST_SPEC)),
+];
+const RESOURCE_ATTRIBUTES: Desc = &[
+    (1, "namespace", F::Str),
+    (2, "verb", F::Str),
+    (3, "group", F::Str),
+    (4, "version", F::Str),
+    (5, "resource", F::Str),
+    (6, "subresource", F::Str),
+    (7, "name", F::Str),
+];
+const NON_RESOURCE_ATTRIBUTES: Desc = &[(1, "path", F::Str), (2, "verb", F::Str)];
+const SSAR_SPEC: Desc = &[
+    (1, "resourceAttributes", F::Msg(RESOURCE_ATTRIBUTES)),
+    (2, "nonResourceAttributes", F::Msg(NON_RESOURCE_ATTRIBUTES)),
+];
+const SELF_SUBJECT_ACCESS_REVIEW: Desc = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "spec", F::Msg(SSAR_SPEC)),
+];
+
 fn descriptor(kind: &str) -> Option<Desc> {
     Some(match kind {
         "Namespace" => NAMESPACE,
@@ -141,6 +175,8 @@ fn descriptor(kind: &str) -> Option<Desc> {
         "Role" | "ClusterRole" => ROLE,
         "RoleBinding" | "ClusterRoleBinding" => BINDING,
         "DeleteOptions" => DELETE_OPTIONS,
+        "TokenRequest" => TOKEN_REQUEST,
+        "SelfSubjectAccessReview" => SELF_SUBJECT_ACCESS_REVIEW,
         _ => return None,
     })
 }

@@ -31,6 +31,11 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Kubernetes version reported by `/version` (major, minor).
     pub kube_version: (u32, u32),
+    /// Whether a request without credentials acts as the admin (the default: client-go,
+    /// hence kubectl and helm, never sends a token over plain HTTP, so the written admin
+    /// kubeconfig reaches the server without one) or as `system:anonymous` in group
+    /// `system:unauthenticated`, like a real server.
+    pub anonymous_is_admin: bool,
 }
 
 impl Default for Options {
@@ -42,6 +47,7 @@ impl Default for Options {
             seed: 0,
             bookmark_interval: Duration::from_secs(5),
             kube_version: (1, 33),
+            anonymous_is_admin: true,
         }
     }
 }
@@ -54,6 +60,7 @@ pub struct Shared {
     pub(crate) drops: watch::Sender<u64>,
     pub(crate) faults: Mutex<FaultState>,
     pub(crate) counters: Mutex<Counters>,
+    pub(crate) tokens: Mutex<crate::auth::Tokens>,
     pub(crate) open_watches: std::sync::atomic::AtomicUsize,
     pub(crate) opts: Options,
     pub(crate) addr: SocketAddr,
@@ -66,6 +73,11 @@ impl Shared {
 
     pub(crate) fn counters(&self) -> MutexGuard<'_, Counters> {
         self.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The token registry. Lock order: the store first, then the tokens.
+    pub(crate) fn tokens(&self) -> MutexGuard<'_, crate::auth::Tokens> {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn drop_watches(&self) -> usize {
@@ -137,6 +149,7 @@ impl TestServer {
             drops,
             faults: Mutex::new(FaultState::new(opts.seed)),
             counters: Mutex::new(Counters::default()),
+            tokens: Mutex::new(crate::auth::Tokens::default()),
             open_watches: std::sync::atomic::AtomicUsize::new(0),
             opts,
             addr,
@@ -203,6 +216,32 @@ impl TestServer {
     /// A kubeconfig (YAML) for this server.
     pub fn kubeconfig_yaml(&self) -> String {
         kubeconfig::render(&self.url())
+    }
+
+    /// A kubeconfig (YAML) for this server that authenticates with `token`.
+    pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
+        kubeconfig::render_with_token(&self.url(), token)
+    }
+
+    /// Mints a token for the existing ServiceAccount `namespace/name`, valid for `seconds`
+    /// (like a TokenRequest; fails when the ServiceAccount does not exist).
+    pub fn create_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        seconds: i64,
+    ) -> anyhow::Result<String> {
+        let store = self.shared.store();
+        let mut tokens = self.shared.tokens();
+        tokens
+            .mint(&store, namespace, name, seconds, Vec::new())
+            .map(|m| m.token)
+            .map_err(|e| anyhow::anyhow!("minting a token for {namespace}/{name}: {e}"))
+    }
+
+    /// Accepts `token` as `user` from now on (for tests of User and Group subjects).
+    pub fn add_token(&self, token: &str, user: crate::auth::UserInfo) {
+        self.shared.tokens().add_static(token, user);
     }
 
     /// Writes the kubeconfig to `path`.

@@ -69,6 +69,39 @@ pub struct Stats {
     pub injected_failures: u64,
     /// Non-dry-run writes by User-Agent.
     pub writes_by_user_agent: BTreeMap<String, u64>,
+    /// Requests answered 401 (unknown, expired or revoked token); counted nowhere else.
+    #[serde(default)]
+    pub unauthorized: u64,
+    /// Requests answered 403 by the authorizer (they also count in `requests`, `reads`
+    /// and `writes`, like every API request that reached the server).
+    #[serde(default)]
+    pub forbidden: u64,
+    /// 403s by user name.
+    #[serde(default)]
+    pub forbidden_by_user: BTreeMap<String, u64>,
+    /// 403s by (verb, group, resource, subresource); a non-resource request has its path
+    /// as `resource`.
+    #[serde(default)]
+    pub forbidden_requests: Vec<ForbiddenCount>,
+    /// 403s by their full message (`persistentvolumes is forbidden: User ...`).
+    #[serde(default)]
+    pub forbidden_messages: BTreeMap<String, u64>,
+}
+
+/// The 403 counter of one (verb, group, resource, subresource).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForbiddenCount {
+    /// Authorization verb (`get`, `list`, `watch`, `create`, …; lower-case HTTP method for
+    /// non-resource requests).
+    pub verb: String,
+    /// API group ("" for core).
+    pub group: String,
+    /// Plural resource, or the path of a non-resource request.
+    pub resource: String,
+    /// Subresource ("" for none).
+    pub subresource: String,
+    /// Number of denials.
+    pub count: u64,
 }
 
 impl Stats {
@@ -92,6 +125,27 @@ impl Stats {
             .sum()
     }
 
+    /// 403s of `verb` on `resource` (any group; `resource/subresource` names a
+    /// subresource, a plain `resource` counts the main resource and its subresources).
+    pub fn forbidden_count(&self, verb: &str, resource: &str) -> u64 {
+        let (res, sub) = match resource.split_once('/') {
+            Some((r, s)) if !resource.starts_with('/') => (r, Some(s)),
+            _ => (resource, None),
+        };
+        self.forbidden_requests
+            .iter()
+            .filter(|f| {
+                f.verb == verb && f.resource == res && sub.is_none_or(|s| f.subresource == s)
+            })
+            .map(|f| f.count)
+            .sum()
+    }
+
+    /// 403s answered to `user`.
+    pub fn forbidden_for(&self, user: &str) -> u64 {
+        self.forbidden_by_user.get(user).copied().unwrap_or(0)
+    }
+
     /// Write requests (all write verbs, dry runs included) on `resource`.
     pub fn writes_to(&self, resource: &str) -> u64 {
         self.requests
@@ -103,11 +157,13 @@ impl Stats {
 }
 
 type Key = (Verb, String, String, Option<String>);
+type ForbiddenKey = (String, String, String, String);
 
 /// The live counters.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     by_key: BTreeMap<Key, u64>,
+    forbidden_by_key: BTreeMap<ForbiddenKey, u64>,
     stats: Stats,
 }
 
@@ -146,6 +202,36 @@ impl Counters {
         self.stats.other += 1;
     }
 
+    pub(crate) fn unauthorized(&mut self) {
+        self.stats.unauthorized += 1;
+    }
+
+    pub(crate) fn forbidden(&mut self, user: &str, a: &crate::auth::Attributes, message: &str) {
+        self.stats.forbidden += 1;
+        *self
+            .stats
+            .forbidden_by_user
+            .entry(user.to_string())
+            .or_insert(0) += 1;
+        let resource = if a.resource_request {
+            a.resource.clone()
+        } else {
+            a.path.clone()
+        };
+        let key = (
+            a.verb.clone(),
+            a.group.clone(),
+            resource,
+            a.subresource.clone(),
+        );
+        *self.forbidden_by_key.entry(key).or_insert(0) += 1;
+        *self
+            .stats
+            .forbidden_messages
+            .entry(message.to_string())
+            .or_insert(0) += 1;
+    }
+
     pub(crate) fn injected(&mut self) {
         self.stats.injected_failures += 1;
     }
@@ -158,6 +244,19 @@ impl Counters {
             .map(
                 |((verb, group, resource, subresource), count)| RequestCount {
                     verb: *verb,
+                    group: group.clone(),
+                    resource: resource.clone(),
+                    subresource: subresource.clone(),
+                    count: *count,
+                },
+            )
+            .collect();
+        s.forbidden_requests = self
+            .forbidden_by_key
+            .iter()
+            .map(
+                |((verb, group, resource, subresource), count)| ForbiddenCount {
+                    verb: verb.clone(),
                     group: group.clone(),
                     resource: resource.clone(),
                     subresource: subresource.clone(),

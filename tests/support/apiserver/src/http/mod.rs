@@ -13,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, Response, header};
 use serde_json::Value;
 
+use crate::auth::{self, UserInfo};
 use crate::error::{ApiError, ApiResult};
 use crate::faults::Injected;
 use crate::ops::{self, Ctx, Written};
@@ -39,11 +40,56 @@ fn header_str(req: &Request, name: header::HeaderName) -> &str {
         .unwrap_or("")
 }
 
+/// Authenticates a request: the admin token, a minted ServiceAccount token, or anonymous
+/// without one; 401 for anything else.
+fn authenticate(shared: &Shared, req: &Request) -> ApiResult<UserInfo> {
+    let Some(token) = auth::bearer(req.headers())? else {
+        return Ok(if shared.opts.anonymous_is_admin {
+            UserInfo::admin()
+        } else {
+            UserInfo::anonymous()
+        });
+    };
+    let store = shared.store();
+    let tokens = shared.tokens();
+    tokens.lookup(&store, token).ok_or_else(auth::unauthorized)
+}
+
+/// Authorizes `a` for `user`; a denial is counted and answered 403.
+fn authorize(shared: &Shared, user: &UserInfo, a: &auth::Attributes) -> ApiResult<()> {
+    match auth::rbac::authorize(&shared.store(), user, a) {
+        auth::rbac::Decision::Allow(_) => Ok(()),
+        auth::rbac::Decision::Deny(reason) => {
+            let e = a.forbidden(&user.name, &reason);
+            shared.counters().forbidden(&user.name, a, &e.message);
+            tracing::debug!(user = %user.name, message = %e.message, "forbidden");
+            Err(e)
+        }
+    }
+}
+
 async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response<Body> {
     let r = route(req.uri().path());
+    if let Route::Admin(what) = r {
+        return admin::handle(&shared, req.method().clone(), &what, req).await;
+    }
+    let user = match authenticate(&shared, &req) {
+        Ok(u) => u,
+        Err(e) => {
+            shared.counters().unauthorized();
+            return respond::error(&e);
+        }
+    };
+    if !matches!(r, Route::Resource(_)) {
+        let a = auth::Attributes::non_resource(req.method().as_str(), req.uri().path());
+        if let Err(e) = authorize(&shared, &user, &a) {
+            shared.counters().other();
+            return respond::error(&e);
+        }
+    }
     match r {
-        Route::Admin(what) => admin::handle(&shared, req.method().clone(), &what, req).await,
-        Route::Resource(rp) => resource(shared, rp, req).await,
+        Route::Admin(_) => respond::error(&ApiError::internal("admin route after authentication")),
+        Route::Resource(rp) => resource(shared, rp, req, user).await,
         Route::OpenApiV2 if header_str(&req, header::ACCEPT).contains("protobuf") => {
             shared.counters().other();
             let (major, minor) = shared.opts.kube_version;
@@ -158,18 +204,117 @@ fn parse_body(ct: &str, raw: &[u8]) -> ApiResult<Value> {
     }
 }
 
-async fn resource(shared: Arc<Shared>, rp: ResourcePath, req: Request) -> Response<Body> {
-    match resource_inner(shared, rp, req).await {
+async fn resource(
+    shared: Arc<Shared>,
+    rp: ResourcePath,
+    req: Request,
+    user: UserInfo,
+) -> Response<Body> {
+    match resource_inner(shared, rp, req, user).await {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     }
+}
+
+/// The special endpoints that are not stored resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Special {
+    TokenRequest,
+    AccessReview,
+}
+
+fn special(rp: &ResourcePath) -> Option<Special> {
+    match (
+        rp.group.as_str(),
+        rp.plural.as_str(),
+        rp.subresource.as_deref(),
+    ) {
+        ("", "serviceaccounts", Some("token")) if rp.namespace.is_some() => {
+            Some(Special::TokenRequest)
+        }
+        ("authorization.k8s.io", "selfsubjectaccessreviews", None) if rp.version == "v1" => {
+            Some(Special::AccessReview)
+        }
+        _ => None,
+    }
+}
+
+fn authz_verb(verb: Verb, legacy_watch: bool) -> &'static str {
+    match verb {
+        _ if legacy_watch => "watch",
+        Verb::Get => "get",
+        Verb::List => "list",
+        Verb::Watch => "watch",
+        Verb::Create => "create",
+        Verb::Update => "update",
+        Verb::Patch => "patch",
+        Verb::Delete => "delete",
+        Verb::DeleteCollection => "deletecollection",
+    }
+}
+
+async fn special_request(
+    shared: Arc<Shared>,
+    rp: ResourcePath,
+    req: Request,
+    user: UserInfo,
+    which: Special,
+) -> ApiResult<Response<Body>> {
+    let agent = header_str(&req, header::USER_AGENT).to_string();
+    let q = Query::parse(req.uri().query())?;
+    shared.counters().api(
+        Verb::Create,
+        &rp.group,
+        &rp.plural,
+        rp.subresource.as_deref(),
+        q.dry_run,
+        &agent,
+    );
+    authorize(
+        &shared,
+        &user,
+        &auth::Attributes::resource(&rp, "create", req.uri().query()),
+    )?;
+    let name_ok = match which {
+        Special::TokenRequest => rp.name.is_some(),
+        Special::AccessReview => rp.name.is_none() && rp.namespace.is_none(),
+    };
+    if req.method() != Method::POST || !name_ok {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            req.method()
+        )));
+    }
+    let ct = header_str(&req, header::CONTENT_TYPE).to_string();
+    let raw: Bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+    let body = if raw.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        parse_body(&ct, &raw)?
+    };
+    let out = match which {
+        Special::TokenRequest => auth::review::token_request(
+            &shared,
+            rp.namespace.as_deref().unwrap_or(""),
+            rp.name.as_deref().unwrap_or(""),
+            &body,
+        )?,
+        Special::AccessReview => auth::review::self_subject_access_review(&shared, &user, &body)?,
+    };
+    Ok(respond::json_value(201, &out))
 }
 
 async fn resource_inner(
     shared: Arc<Shared>,
     rp: ResourcePath,
     req: Request,
+    user: UserInfo,
 ) -> ApiResult<Response<Body>> {
+    if let Some(which) = special(&rp) {
+        return special_request(shared, rp, req, user, which).await;
+    }
     let mut q = Query::parse(req.uri().query())?;
     q.user_agent = header_str(&req, header::USER_AGENT).to_string();
     let watch = q.watch || rp.legacy_watch;
@@ -183,6 +328,11 @@ async fn resource_inner(
         q.dry_run,
         &agent,
     );
+    authorize(
+        &shared,
+        &user,
+        &auth::Attributes::resource(&rp, authz_verb(verb, rp.legacy_watch), req.uri().query()),
+    )?;
     let ctx = resolve(&shared, &rp)?;
     let (latency, fate) = {
         let mut f = shared.faults.lock().unwrap_or_else(|p| p.into_inner());

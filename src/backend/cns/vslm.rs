@@ -1,0 +1,209 @@
+//! Virtual storage lifecycle management (VSLM, `/vslm/sdk`): the `keepAfterDeleteVm`
+//! control flag of a First Class Disk. A CNS block volume ID is its FCD ID.
+//!
+//! The VSLM service content (`RetrieveContent` on the `VslmServiceInstance`) names the
+//! `VslmVStorageObjectManager`; calls carry the vim25 session as cookie and as the
+//! `vcSessionCookie` SOAP header, which is what vCenter's VSLM service reads.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{BackendError, VolumeId};
+
+use super::session::SoapClient;
+use super::soap::{MoRef, Returnval};
+use super::transport::Endpoint;
+use super::vim::{IdXml, VStorageObject};
+
+/// The control flag that keeps an FCD when a VM it is attached to is deleted.
+pub(crate) const KEEP_AFTER_DELETE_VM: &str = "keepAfterDeleteVm";
+
+/// `RetrieveContent` on the `VslmServiceInstance`.
+#[derive(Serialize)]
+pub(crate) struct RetrieveContent {
+    #[serde(rename = "_this")]
+    pub this: MoRef,
+}
+
+/// `VslmServiceInstanceContent`, the part volmig reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct VslmServiceInstanceContent {
+    #[serde(rename = "vStorageObjectManager")]
+    pub vstorage_object_manager: MoRef,
+}
+
+/// `VslmVStorageObjectManager.VslmSetVStorageObjectControlFlags`.
+#[derive(Serialize)]
+pub(crate) struct VslmSetVStorageObjectControlFlags<'a> {
+    #[serde(rename = "_this")]
+    pub this: &'a MoRef,
+    pub id: IdXml,
+    #[serde(rename = "controlFlags")]
+    pub control_flags: Vec<&'static str>,
+}
+
+/// `VslmVStorageObjectManager.VslmRetrieveVStorageObject`.
+#[derive(Serialize)]
+pub(crate) struct VslmRetrieveVStorageObject<'a> {
+    #[serde(rename = "_this")]
+    pub this: &'a MoRef,
+    pub id: IdXml,
+}
+
+/// The VSLM object manager, read once.
+#[derive(Default)]
+pub(crate) struct Vslm {
+    manager: tokio::sync::OnceCell<MoRef>,
+}
+
+impl Vslm {
+    async fn manager(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+    ) -> Result<&MoRef, BackendError> {
+        self.manager
+            .get_or_try_init(|| async {
+                let request = RetrieveContent {
+                    this: MoRef::new("VslmServiceInstance", "ServiceInstance"),
+                };
+                let response: Returnval<VslmServiceInstanceContent> = client
+                    .call(Endpoint::Vslm, operation, "RetrieveContent", &request)
+                    .await?;
+                response
+                    .returnval
+                    .map(|content| content.vstorage_object_manager)
+                    .ok_or_else(|| {
+                        super::fault::malformed(
+                            operation,
+                            client.sdk_url().as_str(),
+                            "VSLM service content without a vStorageObjectManager",
+                        )
+                    })
+            })
+            .await
+    }
+
+    /// Sets `keepAfterDeleteVm` on the FCD `id`.
+    pub async fn keep_after_delete_vm(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+        id: &VolumeId,
+    ) -> Result<(), BackendError> {
+        let manager = self.manager(client, operation).await?;
+        let request = VslmSetVStorageObjectControlFlags {
+            this: manager,
+            id: IdXml { id: id.0.clone() },
+            control_flags: vec![KEEP_AFTER_DELETE_VM],
+        };
+        let _: Returnval<String> = client
+            .call(
+                Endpoint::Vslm,
+                operation,
+                "VslmSetVStorageObjectControlFlags",
+                &request,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the FCD `id` carries `keepAfterDeleteVm`.
+    pub async fn keeps_after_delete_vm(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+        id: &VolumeId,
+    ) -> Result<bool, BackendError> {
+        let manager = self.manager(client, operation).await?;
+        let request = VslmRetrieveVStorageObject {
+            this: manager,
+            id: IdXml { id: id.0.clone() },
+        };
+        let response: Returnval<VStorageObject> = client
+            .call(
+                Endpoint::Vslm,
+                operation,
+                "VslmRetrieveVStorageObject",
+                &request,
+            )
+            .await?;
+        let object = response.returnval.ok_or_else(|| {
+            super::fault::malformed(operation, client.sdk_url().as_str(), "no VStorageObject")
+        })?;
+        Ok(object.config.keep_after_delete_vm.unwrap_or(false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ErrorClass;
+    use crate::backend::cns::fault::from_fault;
+    use crate::backend::cns::soap::{ResponseError, method_xml, parse_response};
+
+    #[test]
+    fn requests_follow_the_wsdl() {
+        let manager = MoRef::new("VslmVStorageObjectManager", "VStorageObjectManager");
+        let xml = method_xml(
+            "VslmSetVStorageObjectControlFlags",
+            "urn:vslm",
+            &VslmSetVStorageObjectControlFlags {
+                this: &manager,
+                id: IdXml {
+                    id: "f9b4c1e2-0000-4a4a-9e9e-000000000001".into(),
+                },
+                control_flags: vec![KEEP_AFTER_DELETE_VM],
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            xml,
+            "<VslmSetVStorageObjectControlFlags xmlns=\"urn:vslm\"><_this \
+             type=\"VslmVStorageObjectManager\">VStorageObjectManager</_this><id><id>\
+             f9b4c1e2-0000-4a4a-9e9e-000000000001</id></id><controlFlags>keepAfterDeleteVm\
+             </controlFlags></VslmSetVStorageObjectControlFlags>"
+        );
+        let xml = method_xml(
+            "RetrieveContent",
+            "urn:vslm",
+            &RetrieveContent {
+                this: MoRef::new("VslmServiceInstance", "ServiceInstance"),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            xml,
+            "<RetrieveContent xmlns=\"urn:vslm\"><_this type=\"VslmServiceInstance\">\
+             ServiceInstance</_this></RetrieveContent>"
+        );
+    }
+
+    #[test]
+    fn service_content_and_objects_parse() {
+        let xml = include_str!("fixtures/vslm_service_content.xml");
+        let content: Returnval<VslmServiceInstanceContent> = parse_response(xml).unwrap();
+        assert_eq!(
+            content.returnval.unwrap().vstorage_object_manager,
+            MoRef::new("VslmVStorageObjectManager", "VStorageObjectManager")
+        );
+        let xml = include_str!("fixtures/vslm_retrieve_object.xml");
+        let object: Returnval<VStorageObject> = parse_response(xml).unwrap();
+        let config = object.returnval.unwrap().config;
+        assert_eq!(config.id.id, "f9b4c1e2-0000-4a4a-9e9e-000000000001");
+        assert_eq!(config.keep_after_delete_vm, Some(true));
+        let xml = include_str!("fixtures/vslm_set_flags.xml");
+        let empty: Returnval<String> = parse_response(xml).unwrap();
+        assert!(empty.returnval.is_none());
+    }
+
+    #[test]
+    fn an_unknown_object_is_not_found() {
+        let xml = include_str!("fixtures/vslm_fault_not_found.xml");
+        let Err(ResponseError::Fault(fault)) = parse_response::<Returnval<String>>(xml) else {
+            panic!("expected a fault");
+        };
+        let err = from_fault("VslmSetVStorageObjectControlFlags", &fault);
+        assert_eq!(err.class, ErrorClass::NotFound, "{err}");
+        assert_eq!(err.fault, "NotFound");
+    }
+}

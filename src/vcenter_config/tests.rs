@@ -1,0 +1,133 @@
+use std::path::Path;
+
+use clap::Parser;
+
+use super::*;
+use crate::cli::{Cli, Command};
+
+fn args(extra: &[&str]) -> RunArgs {
+    let cli = Cli::try_parse_from(["volmig", "run"].iter().chain(extra)).unwrap();
+    match cli.command {
+        Command::Run(args) => *args,
+        other => panic!("not run: {other:?}"),
+    }
+}
+
+fn write_conf(dir: &Path, text: &str) -> String {
+    let path = dir.join("csi-vsphere.conf");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+const CONF: &str = r#"
+[Global]
+cluster-id = "csi-cluster"
+cluster-distribution = "Anthos"
+[VirtualCenter "vc.example.com"]
+user = "csi@vsphere.local"
+password = "pw"
+port = "8443"
+datacenters = "DC1, DC2"
+ca-file = "/etc/ssl/vc-ca.pem"
+"#;
+
+#[test]
+fn the_csi_config_supplies_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), CONF);
+    let s = resolve_with(&args(&["--csi-config", &conf]), false).unwrap();
+    assert_eq!(s.url.as_str(), "https://vc.example.com:8443/sdk");
+    assert_eq!(s.cluster_id, "csi-cluster");
+    assert_eq!(s.cluster_distribution.as_deref(), Some("Anthos"));
+    assert_eq!(s.ca_file, Some(PathBuf::from("/etc/ssl/vc-ca.pem")));
+    assert!(!s.insecure);
+    assert_eq!(s.datacenters, ["DC1", "DC2"]);
+    assert_eq!(
+        s.credentials,
+        CredentialSource::CsiConfig(PathBuf::from(&conf))
+    );
+    let creds = s.credentials.load().unwrap();
+    assert_eq!(creds.username, "csi@vsphere.local");
+    assert_eq!(creds.password.expose(), "pw");
+}
+
+#[test]
+fn explicit_flags_override_the_csi_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), CONF);
+    let s = resolve_with(
+        &args(&[
+            "--csi-config",
+            &conf,
+            "--vc-url",
+            "https://other.example/sdk",
+            "--cluster-id",
+            "flag-cluster",
+            "--vc-insecure",
+            "--datacenters",
+            "X",
+            "--vc-credentials-file",
+            "/etc/volmig/credentials",
+        ]),
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.url.as_str(), "https://other.example/sdk");
+    assert_eq!(s.cluster_id, "flag-cluster");
+    assert_eq!((s.ca_file, s.insecure), (None, true));
+    assert_eq!(s.datacenters, ["X"]);
+    assert_eq!(
+        s.credentials,
+        CredentialSource::File(PathBuf::from("/etc/volmig/credentials"))
+    );
+    // A CA flag beats the file's insecure-flag.
+    let conf = write_conf(
+        dir.path(),
+        "[Global]\ncluster-id=c\n[VirtualCenter \"vc\"]\ninsecure-flag = true\nca-file = /x\n",
+    );
+    let s = resolve_with(&args(&["--csi-config", &conf]), false).unwrap();
+    assert_eq!((s.ca_file.clone(), s.insecure), (None, true));
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    let s = resolve_with(
+        &args(&["--csi-config", &conf, "--vc-ca-file", "/ca"]),
+        false,
+    )
+    .unwrap();
+    assert_eq!((s.ca_file, s.insecure), (Some(PathBuf::from("/ca")), false));
+    // VOLMIG_VC_USERNAME set: the environment's credentials win over the file's.
+    let s = resolve_with(&args(&["--csi-config", &conf]), true).unwrap();
+    assert_eq!(s.credentials, CredentialSource::Environment);
+}
+
+#[test]
+fn missing_settings_name_the_flag_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(
+        dir.path(),
+        "[VirtualCenter \"vc\"]\nuser = u\npassword = p\n",
+    );
+    let e = resolve_with(&args(&["--csi-config", &conf]), false).unwrap_err();
+    assert!(e.0.contains("--cluster-id"), "{e}");
+    assert!(e.0.contains("[Global]"), "{e}");
+    assert!(e.0.contains(&conf), "{e}");
+    let s = resolve_with(&args(&["--csi-config", &conf, "--cluster-id", "c"]), false).unwrap();
+    assert_eq!(s.url.as_str(), "https://vc/sdk");
+
+    let e = resolve_with(&args(&["--csi-config", "/nonexistent/csi.conf"]), false).unwrap_err();
+    assert!(e.0.contains("/nonexistent/csi.conf"), "{e}");
+
+    let two = write_conf(
+        dir.path(),
+        "[VirtualCenter \"a\"]\nuser=u\n[VirtualCenter \"b\"]\nuser=u\n",
+    );
+    let e = resolve_with(&args(&["--csi-config", &two]), false).unwrap_err();
+    assert!(e.0.contains("exactly one vCenter"), "{e}");
+}
+
+#[test]
+fn only_https_urls_are_used() {
+    assert!(check_url(&Url::parse("https://vc/sdk").unwrap()).is_ok());
+    let e = check_url(&Url::parse("http://admin:hunter2@vc/sdk").unwrap()).unwrap_err();
+    assert!(e.contains("plain http") && !e.contains("hunter2"), "{e}");
+    assert!(check_url(&Url::parse("ftp://vc/sdk").unwrap()).is_err());
+}
