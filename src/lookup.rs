@@ -21,6 +21,18 @@ pub enum LookupError {
         /// What was found instead.
         state: String,
     },
+    /// The object named after the path tracks another path.
+    #[error(
+        "VolumeMigration {name} tracks {found:?}, not {path}: name collision, see docs/design.md"
+    )]
+    NameCollision {
+        /// The object name.
+        name: String,
+        /// The path asked for.
+        path: VolumePath,
+        /// The path the object tracks.
+        found: String,
+    },
     /// The API server could not be asked.
     #[error("looking up VolumeMigration {name}: {source}")]
     Kube {
@@ -49,6 +61,14 @@ pub async fn lookup(client: kube::Client, raw: &str) -> Result<VolumeId, LookupE
             state: format!("no VolumeMigration {name}"),
         });
     };
+    if !crate::k8s::migrations::tracks(&vm, &path) {
+        // DESIGN.md §2: never another path's volume ID.
+        return Err(LookupError::NameCollision {
+            name,
+            path,
+            found: vm.spec.volume_path,
+        });
+    }
     let status = vm.status.unwrap_or_default();
     match (status.phase, status.volume_id) {
         (Some(Phase::Registered), Some(id)) if vm.metadata.deletion_timestamp.is_none() => {

@@ -263,6 +263,10 @@ impl Daemon {
             ("--http-addr".into(), Some(http.clone())),
             ("--full-sync-interval".into(), Some("3s".into())),
             ("--vc-requests-per-second".into(), Some("10000".into())),
+            // Short vCenter timeouts keep the in-flight grace (their sum) at 15 s, so a
+            // create left in flight by a killed daemon is waited out quickly.
+            ("--vc-request-timeout".into(), Some("5s".into())),
+            ("--vc-task-timeout".into(), Some("10s".into())),
             ("--lease-holder-id".into(), Some(name.into())),
         ];
         if let Some(cert) = &vcsim.cert {

@@ -112,13 +112,12 @@ impl FullSync {
                 if let Err(e) = self.run_pass().await {
                     warn!(error = %crate::error_chain(&e), "full sync pass failed; retrying at the next interval");
                 }
+                // A closed signal (a single replica that always leads) never ends the term.
+                let lost = async { leader.wait_for(|l| !*l).await.is_ok() };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(interval) => {}
-                    _ = leader.wait_for(|l| !*l) => break,
-                }
-                if !*leader.borrow() {
-                    break;
+                    true = lost => break,
                 }
             }
         }

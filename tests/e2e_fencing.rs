@@ -1,0 +1,227 @@
+//! End-to-end tests of the fencing rules (DESIGN.md §2, §4.8–4.10; issue 12): unknown
+//! create outcomes, a create outliving its daemon, and name collisions. Real `volmig`
+//! binary, the API test server and the govmomi simulator harness.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
+#[path = "support/e2e.rs"]
+mod e2e;
+#[path = "support/vcsim.rs"]
+mod vcsim;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
+use kube::api::PostParams;
+use vcsim::{Vcsim, VcsimOptions};
+use volmig::VolumePath;
+use volmig::api::{Phase, VolumeMigration, VolumeMigrationSpec};
+
+fn canonical(path: &str) -> String {
+    VolumePath::parse(path).expect("valid").canonical()
+}
+
+/// Waits until every one of `paths` is Registered; returns path → ID.
+async fn registered(
+    cluster: &Cluster,
+    paths: &[String],
+    within: Duration,
+) -> BTreeMap<String, String> {
+    wait_for(within, "every path Registered", || async {
+        let mut out = BTreeMap::new();
+        for vm in cluster.list_migrations().await {
+            if phase(&vm) == Some(Phase::Registered)
+                && let Some(id) = volume_id(&vm)
+            {
+                out.insert(vm.spec.volume_path.clone(), id);
+            }
+        }
+        paths.iter().all(|p| out.contains_key(p)).then_some(out)
+    })
+    .await
+}
+
+/// Asserts one CNS volume per path, and that it is the one the status holds.
+async fn one_volume_each(sim: &Vcsim, ids: &BTreeMap<String, String>) {
+    assert!(
+        sim.duplicates().await.is_empty(),
+        "{:?}",
+        sim.duplicates().await
+    );
+    for (path, id) in ids {
+        let volumes = sim.volumes_for(path).await;
+        let found: Vec<&str> = volumes.iter().map(|v| v.id.as_str()).collect();
+        assert_eq!(found, [id.as_str()], "{path}");
+    }
+}
+
+async fn pvs(cluster: &Cluster, sim: &Vcsim, n: usize) -> Vec<String> {
+    let mut paths = Vec::new();
+    for i in 1..=n {
+        let path = sim.vmdk_path("kubevols", i);
+        cluster.create_pv(&format!("pv-{i}"), &path).await;
+        paths.push(canonical(&path));
+    }
+    paths
+}
+
+/// Issue 12 (a): every first `CnsCreateVolume` reply is lost while its task completes 3 s
+/// later. Before the fix, 12 of 12 vmdks ended with two CNS volumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_create_replies_make_no_second_volume() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(12)
+            .cns_task_duration(Duration::from_secs(3)),
+    )
+    .await;
+    sim.set_drop_create_replies(12).await;
+    let cluster = Cluster::start().await;
+    let paths = pvs(&cluster, &sim, 12).await;
+    let _daemon = Daemon::spawn(&cluster, &sim, "lossy", &[]);
+    let ids = registered(&cluster, &paths, Duration::from_secs(120)).await;
+    one_volume_each(&sim, &ids).await;
+    let stats = sim.stats().await;
+    assert_eq!(stats.calls("CnsCreateVolume"), 12, "one create per vmdk");
+    assert_eq!(
+        stats.dropped.get("CnsCreateVolume").copied(),
+        Some(12),
+        "every reply was really dropped"
+    );
+}
+
+/// Issue 12 (a), second form: the task polls fail with 503 for 5 s after each create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_task_polls_make_no_second_volume() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(6)
+            .cns_task_duration(Duration::from_secs(1)),
+    )
+    .await;
+    sim.set_fail_task_polls_window(Duration::from_secs(5)).await;
+    let cluster = Cluster::start().await;
+    let paths = pvs(&cluster, &sim, 6).await;
+    // Task polls fail inside the request retries: one poll error ends the wait.
+    let _daemon = Daemon::spawn(&cluster, &sim, "polls", &[]);
+    let ids = registered(&cluster, &paths, Duration::from_secs(120)).await;
+    one_volume_each(&sim, &ids).await;
+    assert_eq!(sim.stats().await.calls("CnsCreateVolume"), 6);
+}
+
+/// Issue 12 (c): a create task runs 90 s with a 60 s request timeout; the daemon is
+/// SIGKILLed 5 s into it. The successor must not create before the task ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successor_waits_for_a_create_outliving_its_daemon() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .cns_task_duration(Duration::from_secs(90)),
+    )
+    .await;
+    let cluster = Cluster::start().await;
+    let paths = pvs(&cluster, &sim, 1).await;
+    let timeouts = [
+        "--vc-request-timeout",
+        "60s",
+        "--vc-task-timeout",
+        "600s",
+        "--lease-duration",
+        "4s",
+    ];
+    let mut first = Daemon::spawn(&cluster, &sim, "first", &timeouts);
+    wait_for(Duration::from_secs(60), "the create sent", || async {
+        (sim.stats().await.calls("CnsCreateVolume") == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    first.kill().await;
+    let killed_at = std::time::Instant::now();
+    let _second = Daemon::spawn(&cluster, &sim, "second", &timeouts);
+    let ids = registered(&cluster, &paths, Duration::from_secs(180)).await;
+    assert!(
+        killed_at.elapsed() >= Duration::from_secs(80),
+        "registered {:?} after the kill: before the task could have ended",
+        killed_at.elapsed()
+    );
+    assert_eq!(
+        sim.stats().await.calls("CnsCreateVolume"),
+        1,
+        "the successor adopted instead of creating"
+    );
+    one_volume_each(&sim, &ids).await;
+}
+
+/// Issue 12 (d): an object squats the name of path P but tracks path Q (crafted: the name
+/// hash cannot collide for real). Neither path gets the other's ID; a NameCollision Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_collision_never_publishes_another_paths_id() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let cluster = Cluster::start().await;
+    let p = sim.vmdk_path("kubevols", 1);
+    let q = sim.vmdk_path("kubevols", 2);
+    let squatter = VolumeMigration::new(
+        &VolumePath::parse(&p).unwrap().object_name(),
+        VolumeMigrationSpec {
+            volume_path: canonical(&q),
+            storage_policy_name: None,
+        },
+    );
+    cluster
+        .migrations()
+        .create(&PostParams::default(), &squatter)
+        .await
+        .expect("create the squatting object");
+    cluster.create_pv("pv-p", &p).await;
+    cluster.create_pv("pv-q", &q).await;
+    let _daemon = Daemon::spawn(&cluster, &sim, "collide", &[]);
+
+    let ids = registered(&cluster, &[canonical(&q)], Duration::from_secs(120)).await;
+    let events = wait_for(Duration::from_secs(60), "NameCollision events", || async {
+        let e = cluster.events("NameCollision").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(
+        events.iter().any(|(object, _)| object == "pv-p"),
+        "the PV whose path cannot be tracked is told: {events:?}"
+    );
+    let squatted = cluster
+        .migrations()
+        .get(&VolumePath::parse(&p).unwrap().object_name())
+        .await
+        .unwrap();
+    let status = squatted.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.volume_id, None,
+        "no ID published through the squatter"
+    );
+    assert_eq!(
+        status.last_error.map(|e| e.reason).as_deref(),
+        Some("NameCollision")
+    );
+    assert!(
+        sim.volumes_for(&canonical(&p)).await.is_empty(),
+        "P never registered"
+    );
+    one_volume_each(&sim, &ids).await;
+
+    let lookup = tokio::process::Command::new(env!("CARGO_BIN_EXE_volmig"))
+        .args(["lookup", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .arg(&p)
+        .output()
+        .await
+        .expect("run volmig lookup");
+    assert!(!lookup.status.success(), "lookup of P must fail");
+    let stdout = String::from_utf8_lossy(&lookup.stdout);
+    assert!(
+        !stdout.contains(&ids[&canonical(&q)]),
+        "lookup of P printed Q's ID: {stdout}"
+    );
+}
