@@ -131,6 +131,14 @@ pub struct VolumeMigrationStatus {
     /// creating again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registering_token: Option<String>,
+    /// True once the disk is kept when a VM it is attached to is deleted (the FCD's
+    /// `keepAfterDeleteVm` flag; DESIGN.md §8).
+    #[serde(
+        default,
+        rename = "protectedFromVMDelete",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub protected_from_vm_delete: Option<bool>,
     /// The metadata.generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

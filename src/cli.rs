@@ -68,6 +68,17 @@ impl RunArgs {
     }
 }
 
+/// Whether to write the CSI driver's `CnsVSphereVolumeMigration` objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PublishDriverCache {
+    /// Publish when the driver's CRD is served.
+    Auto,
+    /// Always publish (start-up fails when the CRD is not served).
+    On,
+    /// Never publish (existing driver objects are still adopted from).
+    Off,
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -150,6 +161,11 @@ pub struct RunArgs {
     /// How long volmig waits for a vCenter task (e.g. a CNS create) to finish.
     #[arg(long, env = "VOLMIG_VC_TASK_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     pub vc_task_timeout: Duration,
+
+    /// Write the CSI driver's CnsVSphereVolumeMigration objects for every Registered path
+    /// (auto: when that CRD is served).
+    #[arg(long, env = "VOLMIG_PUBLISH_DRIVER_CACHE", value_enum, default_value_t = PublishDriverCache::Auto)]
+    pub publish_driver_cache: PublishDriverCache,
 
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]

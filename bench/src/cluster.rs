@@ -135,6 +135,7 @@ impl Cluster {
                         disk_uuid: Some(format!("6000c29{i:025x}")),
                         adopted: false,
                         attempts: 1,
+                        protected: true,
                     };
                     let mut patch = volmig::k8s::status::status_patch(
                         &volmig::k8s::status::StatusChange::Registrar(update),

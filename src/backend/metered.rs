@@ -78,6 +78,10 @@ impl VolumeBackend for MeteredBackend {
             .await
     }
 
+    async fn volumes_by_id(&self, ids: &[VolumeId]) -> Result<Vec<CnsVolume>> {
+        self.metered(op::FIND, self.inner.volumes_by_id(ids)).await
+    }
+
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         self.metered(op::PROTECT, self.inner.protect_from_vm_delete(id))
             .await

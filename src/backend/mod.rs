@@ -193,6 +193,13 @@ pub trait VolumeBackend: Send + Sync + 'static {
     /// One page of all CNS volumes; pass the previous page's `next` to continue.
     async fn list_volumes(&self, cursor: Option<String>) -> Result<VolumePage>;
 
+    /// The CNS volumes among `ids` that exist (e.g. IDs the CSI driver's cache holds).
+    /// The default lists every volume; backends with a server-side filter override it.
+    async fn volumes_by_id(&self, ids: &[VolumeId]) -> Result<Vec<CnsVolume>> {
+        let all = list_all_volumes_of(self).await?;
+        Ok(all.into_iter().filter(|v| ids.contains(&v.id)).collect())
+    }
+
     /// Keeps the volume's disk when a VM it is attached to is deleted: sets the FCD's
     /// `keepAfterDeleteVm` flag where the vCenter does not do that on registration (below
     /// 8.0.3); otherwise does nothing and answers [`Protection::ByRegistration`].
@@ -209,6 +216,19 @@ pub trait VolumeBackend: Send + Sync + 'static {
     async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
         let _ = id;
         Err(not_supported(op::IS_PROTECTED))
+    }
+}
+
+async fn list_all_volumes_of<B: VolumeBackend + ?Sized>(backend: &B) -> Result<Vec<CnsVolume>> {
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = backend.list_volumes(cursor).await?;
+        all.extend(page.volumes);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(all),
+        }
     }
 }
 

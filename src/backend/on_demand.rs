@@ -336,6 +336,10 @@ impl VolumeBackend for OnDemandBackend {
         self.forward(|b| async move { b.list_volumes(cursor).await })
             .await
     }
+    async fn volumes_by_id(&self, ids: &[VolumeId]) -> Result<Vec<CnsVolume>> {
+        self.forward(|b| async move { b.volumes_by_id(ids).await })
+            .await
+    }
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         self.forward(|b| async move { b.protect_from_vm_delete(id).await })
             .await

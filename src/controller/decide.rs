@@ -47,6 +47,17 @@ pub enum Step {
     Idle,
 }
 
+/// A Registered mapping to keep published in the CSI driver's cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// The path.
+    pub path: VolumePath,
+    /// Its volume ID.
+    pub volume_id: crate::backend::VolumeId,
+    /// Whether the disk is protected from VM deletion.
+    pub protected: bool,
+}
+
 /// Everything one reconciliation does, in order: finalizer, PV list, then the step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -56,6 +67,8 @@ pub struct Plan {
     pub set_pvs: Option<Vec<String>>,
     /// The main step.
     pub step: Step,
+    /// Keep this mapping published (after the step).
+    pub publish: Option<Publish>,
 }
 
 fn has_finalizer(vm: &VolumeMigration) -> bool {
@@ -119,6 +132,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
             add_finalizer: false,
             set_pvs: None,
             step,
+            publish: None,
         };
     }
 
@@ -130,6 +144,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
         return Plan {
             add_finalizer: false,
             set_pvs: None,
+            publish: None,
             step: if recorded {
                 Step::Idle
             } else {
@@ -144,6 +159,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
         add_finalizer: !has_finalizer(vm),
         set_pvs,
         step: Step::Idle,
+        publish: None,
     };
 
     let path = match path {
@@ -162,6 +178,15 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
     if observed.pvs.is_empty() {
         // Unused paths are registered by nobody; full sync handles their deletion.
         return plan;
+    }
+    if status.phase == Some(Phase::Registered)
+        && let Some(id) = &status.volume_id
+    {
+        plan.publish = Some(Publish {
+            path: path.clone(),
+            volume_id: crate::backend::VolumeId(id.clone()),
+            protected: status.protected_from_vm_delete == Some(true),
+        });
     }
     plan.step = match status.phase {
         Some(Phase::Registered) if status.volume_id.is_some() => Step::Idle,

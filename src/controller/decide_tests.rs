@@ -85,9 +85,33 @@ fn registered_and_in_sync_is_idle_with_no_writes() {
         Plan {
             add_finalizer: false,
             set_pvs: None,
-            step: Step::Idle
-        }
+            step: Step::Idle,
+            publish: Some(Publish {
+                path: path(),
+                volume_id: crate::backend::VolumeId::from("v1"),
+                protected: false,
+            }),
+        },
+        "idle, and the mapping is kept published (a no-op when in sync)"
     );
+}
+
+#[test]
+fn only_registered_mappings_are_published() {
+    for phase in [
+        None,
+        Some(Phase::Pending),
+        Some(Phase::Registering),
+        Some(Phase::Failed),
+    ] {
+        let s = status(phase, None, &["pv-1"]);
+        let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
+        assert_eq!(p.publish, None, "{phase:?}");
+    }
+    let mut s = status(Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    s.protected_from_vm_delete = Some(true);
+    let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
+    assert!(p.publish.is_some_and(|p| p.protected));
 }
 
 #[test]

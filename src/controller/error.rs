@@ -30,6 +30,14 @@ pub enum Error {
     /// Recreating an object deleted by hand failed.
     #[error("recreating the VolumeMigration of a path still in use")]
     Recreate(#[source] EnsureError),
+    /// Writing the CSI driver's cache objects failed.
+    #[error("publishing the mapping of VolumeMigration {name} to the CSI driver's cache")]
+    Publish {
+        /// The object.
+        name: String,
+        /// The client error.
+        source: kube::Error,
+    },
     /// Unregistration failed.
     #[error("unregistering VolumeMigration {name}")]
     Unregister {
@@ -55,6 +63,7 @@ impl Error {
         "write_status",
         "recreate",
         "unregister",
+        "publish",
     ];
 
     /// The label of `volmig_reconcile_failures_total` for this error.
@@ -65,6 +74,7 @@ impl Error {
             Error::WriteStatus(_) => "write_status",
             Error::Recreate(_) => "recreate",
             Error::Unregister { .. } => "unregister",
+            Error::Publish { .. } => "publish",
         }
     }
 
@@ -72,9 +82,9 @@ impl Error {
     /// a name collision): wait for a change instead of backing off.
     pub fn is_permanent(&self) -> bool {
         match self {
-            Error::AddFinalizer { source, .. } | Error::RemoveFinalizer { source, .. } => {
-                kube_is_permanent(source)
-            }
+            Error::AddFinalizer { source, .. }
+            | Error::RemoveFinalizer { source, .. }
+            | Error::Publish { source, .. } => kube_is_permanent(source),
             Error::WriteStatus(e) => e.kind == WriteErrorKind::Rejected,
             Error::Recreate(EnsureError::NameCollision { .. }) => true,
             Error::Recreate(EnsureError::Kube { source, .. }) => kube_is_permanent(source),

@@ -21,6 +21,7 @@ pub mod decide;
 mod error;
 pub mod full_sync;
 pub mod outcome;
+pub mod publish;
 pub mod pv_index;
 pub mod pv_watcher;
 pub mod reconcile;
@@ -60,4 +61,6 @@ pub struct Context {
     pub on_pv_delete: PvDeletePolicy,
     /// Requeue delay after a failed reconciliation (transient errors).
     pub error_requeue: Duration,
+    /// The CSI driver's cache objects, when their CRD is served.
+    pub driver: Option<Arc<publish::DriverCache>>,
 }

@@ -54,6 +54,14 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     if let Some(pvs) = &plan.set_pvs {
         write_pv_list(&ctx, &vm, pvs).await?;
     }
+    if let Some(publish) = &plan.publish {
+        super::publish::publish(&ctx, &publish.path, &publish.volume_id, publish.protected)
+            .await
+            .map_err(|source| Error::Publish {
+                name: name.clone(),
+                source,
+            })?;
+    }
     match plan.step {
         Step::Idle => Ok(Action::await_change()),
         Step::RetryAfter(wait) => Ok(Action::requeue(wait)),
@@ -113,6 +121,14 @@ async fn finalize(
                 name: name.clone(),
                 source,
             })?;
+        if let Some(id) = vm.status.as_ref().and_then(|s| s.volume_id.as_deref()) {
+            super::publish::unpublish(ctx, &crate::backend::VolumeId::from(id))
+                .await
+                .map_err(|source| Error::Publish {
+                    name: name.clone(),
+                    source,
+                })?;
+        }
         ctx.events
             .on_migration(
                 vm,

@@ -337,6 +337,7 @@ fn fixture(pvs: &[(&str, &str)]) -> Fixture {
         events: Events::new(client.clone(), INSTANCE),
         on_pv_delete: PvDeletePolicy::Unregister,
         error_requeue: ERROR_REQUEUE,
+        driver: None,
     };
     Fixture {
         ctx: Arc::new(ctx),

@@ -29,6 +29,7 @@ use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
 
+mod driver;
 mod leadership;
 mod readiness;
 
@@ -131,10 +132,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let backend = cns_backend(&args, &metrics, &holder_id)?;
+    let driver = driver::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
+    let mut registrar_config = RegistrarConfig::new(cluster_id(&args)?);
+    if let Some(driver) = &driver {
+        let index = driver.index.clone();
+        registrar_config =
+            registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
+    }
     let registrar = Arc::new(Registrar::new(
         backend,
         Arc::new(KubeStatusStore::new(client.clone())),
-        RegistrarConfig::new(cluster_id(&args)?)
+        registrar_config
             .with_max_concurrent(usize::from(args.max_concurrent_registrations))
             .with_rate_limit(Some(args.vc_requests_per_second))
             .with_retry(RetryPolicy::default())
@@ -155,6 +163,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         events: Events::new(client.clone(), &holder_id),
         on_pv_delete: args.on_pv_delete.into(),
         error_requeue: Duration::from_secs(5),
+        driver: driver.clone(),
     });
 
     let controller = Controller::new(migrations, watcher::Config::default());
@@ -190,12 +199,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     let sync_task = {
         let (health, index, shutdown) = (health.clone(), ctx.index.clone(), shutdown.clone());
+        let driver = ctx.driver.clone();
         let (interval, leader_rx) = (args.full_sync_interval, leader.watch.clone());
         tokio::spawn(
             async move {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = readiness::caches_synced(&cache, &index) => {}
+                    _ = readiness::caches_synced(&cache, &index, driver.as_deref()) => {}
                 }
                 health.set_ready(true);
                 info!("caches synced; ready");

@@ -164,6 +164,20 @@ impl DriverIndex {
         }
     }
 
+    /// Forgets every object not in `keep` (after a re-list).
+    pub fn retain(&self, keep: &std::collections::HashSet<String>) {
+        let gone: Vec<String> = self
+            .lock()
+            .by_name
+            .keys()
+            .filter(|n| !keep.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.remove(&name);
+        }
+    }
+
     /// Marks the initial list as complete.
     pub fn set_synced(&self) {
         self.lock().synced = true;
@@ -256,8 +270,7 @@ pub async fn apply_changes(
                 api.patch(name, &patch_params, &Patch::Merge(&patch))
                     .await?;
             }
-            DriverChange::Delete(name) => match api.delete(name, &DeleteParams::default()).await
-            {
+            DriverChange::Delete(name) => match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e),

@@ -25,8 +25,15 @@ fn oldest_spelling_is_named_by_the_id_others_get_a_hash_suffix() {
     let alias = object_name(&id(), &spellings[1], false);
     assert_eq!(alias.len(), id().0.len() + 9);
     assert!(alias.starts_with(&format!("{}-", id().0)));
-    assert_eq!(desired[&alias].volumepath, spellings[1], "raw, not canonical");
-    assert_eq!(alias, object_name(&id(), &spellings[1], false), "deterministic");
+    assert_eq!(
+        desired[&alias].volumepath, spellings[1],
+        "raw, not canonical"
+    );
+    assert_eq!(
+        alias,
+        object_name(&id(), &spellings[1], false),
+        "deterministic"
+    );
 }
 
 #[test]
@@ -59,31 +66,40 @@ fn changes_create_update_and_delete_only_this_ids_objects() {
             DriverChange::Delete(stale_alias),
         ]
     );
-    assert!(plan_changes(&id(), &BTreeMap::new(), &existing)
-        .iter()
-        .all(|c| matches!(c, DriverChange::Delete(n) if n.starts_with(&id().0) && !n.ends_with("made"))));
+    assert!(plan_changes(&id(), &BTreeMap::new(), &existing).iter().all(
+        |c| matches!(c, DriverChange::Delete(n) if n.starts_with(&id().0) && !n.ends_with("made"))
+    ));
 }
 
 #[test]
 fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
     let index = DriverIndex::default();
     let path = VolumePath::parse("[ds] k/a.vmdk").unwrap();
-    index.upsert("driver-1", &CnsVSphereVolumeMigrationSpec {
-        volumepath: "[/DC0/datastore/ds] k//a.vmdk".into(),
-        volumeid: "vol-1".into(),
-        protectvolumefromvmdelete: false,
-    });
-    index.upsert("bad", &CnsVSphereVolumeMigrationSpec {
-        volumepath: "not a path".into(),
-        volumeid: "vol-x".into(),
-        protectvolumefromvmdelete: false,
-    });
+    index.upsert(
+        "driver-1",
+        &CnsVSphereVolumeMigrationSpec {
+            volumepath: "[/DC0/datastore/ds] k//a.vmdk".into(),
+            volumeid: "vol-1".into(),
+            protectvolumefromvmdelete: false,
+        },
+    );
+    index.upsert(
+        "bad",
+        &CnsVSphereVolumeMigrationSpec {
+            volumepath: "not a path".into(),
+            volumeid: "vol-x".into(),
+            protectvolumefromvmdelete: false,
+        },
+    );
     assert_eq!(index.ids_for(&path), vec![VolumeId::from("vol-1")]);
-    index.upsert("driver-1", &CnsVSphereVolumeMigrationSpec {
-        volumepath: "[ds] k/b.vmdk".into(),
-        volumeid: "vol-1".into(),
-        protectvolumefromvmdelete: false,
-    });
+    index.upsert(
+        "driver-1",
+        &CnsVSphereVolumeMigrationSpec {
+            volumepath: "[ds] k/b.vmdk".into(),
+            volumeid: "vol-1".into(),
+            protectvolumefromvmdelete: false,
+        },
+    );
     assert!(index.ids_for(&path).is_empty(), "moved to another path");
     index.remove("driver-1");
     index.remove("bad");

@@ -1,7 +1,9 @@
 //! Kubernetes adapters: the one status writer ([`status`]), VolumeMigration objects
-//! ([`migrations`]), Events ([`events`]) and clients ([`client`]).
+//! ([`migrations`]), the CSI driver's cache objects ([`driver_cache`]), Events
+//! ([`events`]) and clients ([`client`]).
 
 pub mod client;
+pub mod driver_cache;
 pub mod events;
 pub mod migrations;
 pub mod status;

@@ -188,6 +188,7 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
             disk_uuid,
             adopted,
             attempts,
+            protected,
         } => {
             let how = if *adopted { "Adopted" } else { "Created" };
             let mut s = json!({
@@ -197,6 +198,7 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "lastError": null,
                 "nextRetryTime": null,
                 "registeringToken": null,
+                "protectedFromVMDelete": protected,
                 "registeredTime": time(now),
                 "conditions": conditions(now, true, how, &format!("CNS volume {volume_id}")),
             });
@@ -224,6 +226,7 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "conditions": conditions(now, false, reason, message),
             })
         }
+        StatusUpdate::Protected => json!({"protectedFromVMDelete": true}),
         StatusUpdate::Unregistering => json!({"phase": "Unregistering"}),
         StatusUpdate::Unregistered => json!({
             "phase": "Pending",
@@ -231,6 +234,7 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
             "diskUUID": null,
             "registeredTime": null,
             "registeringToken": null,
+            "protectedFromVMDelete": null,
             "conditions": conditions(now, false, "Unregistered", "CNS registration removed"),
         }),
     }

@@ -17,6 +17,7 @@ fn registered_patch_publishes_id_and_clears_errors_and_marker() {
         disk_uuid: Some("uuid-1".into()),
         adopted: false,
         attempts: 1,
+        protected: false,
     });
     let s = &patch["status"];
     assert_eq!(s["phase"], "Registered");
@@ -39,6 +40,7 @@ fn adopted_without_uuid_keeps_stored_uuid() {
         disk_uuid: None,
         adopted: true,
         attempts: 2,
+        protected: false,
     });
     assert!(patch["status"].get("diskUUID").is_none());
     assert_eq!(patch["status"]["conditions"][1]["reason"], "Adopted");

@@ -68,7 +68,7 @@ pub mod reason {
 }
 
 /// Tuning of a [`Registrar`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RegistrarConfig {
     /// CNS container-cluster ID written on registrations.
     pub cluster_id: String,
@@ -89,7 +89,13 @@ pub struct RegistrarConfig {
     pub adoption_poll: Duration,
     /// This replica's identity, part of every write-ahead token.
     pub instance: String,
+    /// IDs the CSI driver's own cache holds for a path: the first adoption source
+    /// (DESIGN.md §8).
+    pub driver_ids: Option<DriverIds>,
 }
+
+/// Looks up the volume IDs the CSI driver's cache holds for a path.
+pub type DriverIds = Arc<dyn Fn(&VolumePath) -> Vec<VolumeId> + Send + Sync>;
 
 /// Default of [`RegistrarConfig::in_flight_grace`]: the default request timeout (60 s)
 /// plus the default task timeout (600 s).
@@ -110,7 +116,14 @@ impl RegistrarConfig {
             in_flight_grace: DEFAULT_IN_FLIGHT_GRACE,
             adoption_poll: DEFAULT_ADOPTION_POLL,
             instance: "volmig".to_owned(),
+            driver_ids: None,
         }
+    }
+
+    /// Adopts from the CSI driver's cache first.
+    pub fn with_driver_ids(mut self, lookup: DriverIds) -> Self {
+        self.driver_ids = Some(lookup);
+        self
     }
 
     /// Sets how often a create in flight is looked for.

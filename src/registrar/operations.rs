@@ -172,6 +172,29 @@ impl Registrar {
             .as_ref()
             .filter(|s| s.phase == Some(Phase::Registering))
             .and_then(|s| s.marker.clone());
+        // The CSI driver's own cache is the first adoption source (DESIGN.md §8): pods may
+        // already be attached with the ID it holds.
+        if let Some(lookup) = &self.config.driver_ids {
+            let ids = lookup(path);
+            if !ids.is_empty() {
+                let live = self.call(path, || self.backend.volumes_by_id(&ids)).await?;
+                if let Some(volume) = crate::backend::selection::oldest(&live) {
+                    info!(%path, volume_id = %volume.id, "adopting the ID the CSI driver's cache holds");
+                    let id = volume.id.clone();
+                    return self
+                        .record_id(
+                            path,
+                            id,
+                            Some(disk_uuid.to_owned()),
+                            true,
+                            attempts,
+                            version,
+                        )
+                        .await
+                        .map(Attempt::Done);
+                }
+            }
+        }
         loop {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
@@ -286,11 +309,13 @@ impl Registrar {
         mut version: Option<Version>,
     ) -> Result<Registration, RegisterError> {
         self.unsaved_map().insert(path.clone(), volume_id.clone());
+        let protected = self.try_protect(path, &volume_id).await;
         let update = StatusUpdate::Registered {
             volume_id: volume_id.clone(),
             disk_uuid,
             adopted,
             attempts,
+            protected,
         };
         let mut attempt = 0;
         loop {
@@ -336,6 +361,55 @@ impl Registrar {
                     });
                 }
             }
+        }
+    }
+
+    /// Keeps the disk of `volume_id` when its VM is deleted (DESIGN.md §8); true when it is
+    /// known to be protected. A failure is logged; full sync tries again.
+    async fn try_protect(&self, path: &VolumePath, volume_id: &VolumeId) -> bool {
+        if self.fence(path).is_err() {
+            return false;
+        }
+        match self
+            .call(path, || self.backend.protect_from_vm_delete(volume_id))
+            .await
+        {
+            Ok(protection) => protection.is_protected(),
+            Err(e) => {
+                warn!(%path, %volume_id, error = %crate::error_chain(&e),
+                    "could not protect the disk from VM deletion; full sync tries again");
+                false
+            }
+        }
+    }
+
+    /// Protects the disk of the stored volume `volume_id` of `path` from VM deletion and
+    /// records it (full sync's repair of volumes registered without the flag). Returns
+    /// false when the stored ID changed meanwhile or protecting failed.
+    #[instrument(skip(self), fields(%path, %volume_id))]
+    pub async fn protect(
+        &self,
+        path: &VolumePath,
+        volume_id: &VolumeId,
+    ) -> Result<bool, RegisterError> {
+        let _key = self.locks.lock(path).await;
+        let Some(state) = self.load(path).await? else {
+            return Ok(false);
+        };
+        if state.registered_id() != Some(volume_id) || !self.try_protect(path, volume_id).await {
+            return Ok(false);
+        }
+        match self
+            .store
+            .save(path, &StatusUpdate::Protected, state.version.as_ref())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == StoreErrorKind::Conflict => Ok(false),
+            Err(source) => Err(RegisterError::Store {
+                path: path.clone(),
+                source,
+            }),
         }
     }
 

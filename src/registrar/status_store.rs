@@ -63,7 +63,11 @@ pub enum StatusUpdate {
         adopted: bool,
         /// Attempt number of the run that succeeded.
         attempts: u32,
+        /// True when the disk is known to be kept if its VM is deleted (`keepAfterDeleteVm`).
+        protected: bool,
     },
+    /// The disk of the stored volume is now protected from VM deletion.
+    Protected,
     /// The attempt failed for certain (no create can be in flight).
     Failed {
         /// Machine-readable reason (`DiskNotFound`, `BackendUnavailable`, ...).
@@ -149,7 +153,10 @@ pub trait StatusStore: Send + Sync + 'static {
 
 /// How an update changes the stored state (shared by the in-memory store and tests).
 pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
-    if !matches!(update, StatusUpdate::Registering { .. }) {
+    if !matches!(
+        update,
+        StatusUpdate::Registering { .. } | StatusUpdate::Protected
+    ) {
         state.marker = None;
     }
     match update {
@@ -171,6 +178,7 @@ pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
             state.phase = Some(Phase::Failed);
             state.attempts = *attempts;
         }
+        StatusUpdate::Protected => {}
         StatusUpdate::Unregistering => state.phase = Some(Phase::Unregistering),
         StatusUpdate::Unregistered => {
             let version = state.version.take();

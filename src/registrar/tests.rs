@@ -703,6 +703,7 @@ async fn an_id_never_replaces_another_stored_meanwhile() {
             disk_uuid: None,
             adopted: false,
             attempts: 1,
+            protected: false,
         },
     );
     let reg = registering.await.unwrap().unwrap();
@@ -741,6 +742,7 @@ async fn stale_in_memory_id_never_overwrites_a_newer_stored_id() {
             disk_uuid: None,
             adopted: false,
             attempts: 1,
+            protected: false,
         },
     );
     let reg = f.registrar.register(&p).await.unwrap();

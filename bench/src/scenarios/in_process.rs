@@ -155,6 +155,7 @@ pub async fn run(
         events: Events::new(client.clone(), "volmig-bench"),
         on_pv_delete: PvDeletePolicy::Keep,
         error_requeue: Duration::from_secs(5),
+        driver: None,
     });
     // The VolumeMigration cache, as the daemon's controller keeps it.
     let (cache, writer) = reflector::store::<VolumeMigration>();

@@ -311,6 +311,16 @@ impl VolumeBackend for CnsBackend {
         })
     }
 
+    async fn volumes_by_id(&self, ids: &[VolumeId]) -> Result<Vec<CnsVolume>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = &self.inner.client;
+        volumes::query_ids(client, ids)
+            .await
+            .map_err(|e| fault::about(e, "volumes by ID"))
+    }
+
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         if self.inner.version.registration_protects() {
             return Ok(Protection::ByRegistration);

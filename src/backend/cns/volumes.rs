@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{BackendError, CnsVolume, ErrorClass, VolumeId};
+use crate::backend::{BackendError, CnsVolume, ErrorClass, VolumeId, op};
 
 use super::backing;
 use super::fault::{self, names};
@@ -332,6 +332,40 @@ pub(crate) async fn query_page(
         .map(CnsVolumeXml::into_volume)
         .collect();
     Ok((volumes, next))
+}
+
+/// The volumes with these IDs (one `CnsQueryVolume` filtered by `volumeIds`; the caller
+/// checks the IDs again, since servers may ignore filters).
+pub(crate) async fn query_ids(
+    client: &SoapClient,
+    ids: &[VolumeId],
+) -> Result<Vec<CnsVolume>, BackendError> {
+    let request = CnsQueryVolume {
+        this: volume_manager(),
+        filter: CnsQueryFilter {
+            volume_ids: ids
+                .iter()
+                .map(|id| CnsVolumeIdXml { id: id.0.clone() })
+                .collect(),
+            names: Vec::new(),
+            cursor: CnsCursor {
+                offset: 0,
+                limit: PAGE_SIZE,
+                total_records: None,
+            },
+        },
+    };
+    let response: Returnval<CnsQueryResult> = client
+        .call(Endpoint::Cns, op::FIND, "CnsQueryVolume", &request)
+        .await?;
+    Ok(response
+        .returnval
+        .map(|r| r.volumes)
+        .unwrap_or_default()
+        .into_iter()
+        .map(CnsVolumeXml::into_volume)
+        .filter(|v| ids.contains(&v.id))
+        .collect())
 }
 
 /// The next page's offset, or `None` on the last page. Servers that ignore the cursor

@@ -1,0 +1,77 @@
+//! Publishing Registered mappings into the CSI driver's cache (`CnsVSphereVolumeMigration`
+//! objects, DESIGN.md §8), so the driver never misses and never registers by itself.
+//! Compared against an in-memory index of the driver's objects: a mapping in sync costs
+//! no API call.
+
+use std::sync::Arc;
+
+use kube::api::Api;
+use tracing::info;
+
+use super::Context;
+use crate::backend::VolumeId;
+use crate::k8s::driver_cache::{
+    CnsVSphereVolumeMigration, DriverChange, DriverIndex, apply_changes, desired_objects,
+    plan_changes,
+};
+use crate::volume_path::VolumePath;
+
+/// The driver's objects as volmig reads and (when publishing) writes them.
+pub struct DriverCache {
+    /// `cnsvspherevolumemigrations.cns.vmware.com`, cluster-wide.
+    pub api: Api<CnsVSphereVolumeMigration>,
+    /// What exists now (kept by a watch).
+    pub index: Arc<DriverIndex>,
+    /// Whether volmig writes objects (`--publish-driver-cache`); reading for adoption
+    /// happens whenever the CRD is served.
+    pub publish: bool,
+}
+
+/// Makes the driver's objects of `id` match the PVs of `path` now; returns how many
+/// objects changed (0 when in sync: no API call).
+pub async fn publish(
+    ctx: &Context,
+    path: &VolumePath,
+    id: &VolumeId,
+    protected: bool,
+) -> kube::Result<usize> {
+    let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
+        return Ok(0);
+    };
+    let desired = desired_objects(id, &ctx.index.spellings_for(path), protected);
+    sync(driver, id, &desired).await
+}
+
+/// Removes the driver's objects of `id` (the registration is gone).
+pub async fn unpublish(ctx: &Context, id: &VolumeId) -> kube::Result<usize> {
+    let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
+        return Ok(0);
+    };
+    sync(driver, id, &Default::default()).await
+}
+
+async fn sync(
+    driver: &DriverCache,
+    id: &VolumeId,
+    desired: &std::collections::BTreeMap<
+        String,
+        crate::k8s::driver_cache::CnsVSphereVolumeMigrationSpec,
+    >,
+) -> kube::Result<usize> {
+    let changes = plan_changes(id, desired, &driver.index.objects_of(id));
+    if changes.is_empty() {
+        return Ok(0);
+    }
+    apply_changes(&driver.api, &changes).await?;
+    // The watch confirms later; recording now keeps a second look from writing again.
+    for change in &changes {
+        match change {
+            DriverChange::Create(name, spec) | DriverChange::Update(name, spec) => {
+                driver.index.upsert(name, spec);
+            }
+            DriverChange::Delete(name) => driver.index.remove(name),
+        }
+    }
+    info!(volume_id = %id, changes = changes.len(), "driver cache objects updated");
+    Ok(changes.len())
+}
