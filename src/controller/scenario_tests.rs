@@ -414,10 +414,19 @@ async fn registered_volume(backend: &InMemoryBackend, raw: &str) -> VolumeId {
 }
 
 fn backend_calls(backend: &InMemoryBackend) -> Vec<(&'static str, u64)> {
-    [op::DISK_UUID, op::FIND, op::CREATE, op::DELETE, op::LIST]
-        .into_iter()
-        .map(|o| (o, backend.calls(o)))
-        .collect()
+    [
+        op::DISK_UUID,
+        op::FIND,
+        op::CREATE,
+        op::DELETE,
+        op::LIST,
+        op::PROTECT,
+        op::IS_PROTECTED,
+        op::REGISTER_DISK,
+    ]
+    .into_iter()
+    .map(|o| (o, backend.calls(o)))
+    .collect()
 }
 
 fn no_backend_calls() -> Vec<(&'static str, u64)> {
@@ -506,6 +515,7 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
                 "lastError": null,
                 "nextRetryTime": null,
                 "registeringToken": null,
+                "protectedFromVMDelete": true,
                 "conditions": conditions("True", "Created", &format!("CNS volume {id}")),
             },
         })
@@ -533,6 +543,7 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
     assert_eq!(published.persistent_volumes, Some(vec!["pv-a".to_owned()]));
     let (backend, _) = f.finish().await;
     assert_eq!(backend.calls(op::CREATE), 1);
+    assert_eq!(backend.calls(op::PROTECT), 1);
     assert_eq!(backend.volumes().len(), 1);
 }
 
@@ -550,6 +561,7 @@ async fn scenario_registered_object_in_sync_makes_no_call() {
             "volumeID": "vol-1",
             "persistentVolumes": ["pv-a"],
             "attempts": 1,
+            "protectedFromVMDelete": true,
         })),
     );
     let task = f.reconcile(&vm);
@@ -678,6 +690,7 @@ async fn scenario_deleting_a_registered_object_without_pvs_unregisters_and_relea
             "volumeID": id.0,
             "persistentVolumes": ["pv-a"],
             "attempts": 1,
+            "protectedFromVMDelete": true,
         })),
     );
     vm.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -708,6 +721,7 @@ async fn scenario_deleting_a_registered_object_without_pvs_unregisters_and_relea
                 "diskUUID": null,
                 "registeredTime": null,
                 "registeringToken": null,
+                "protectedFromVMDelete": null,
                 "conditions": conditions("False", "Unregistered", "CNS registration removed"),
             },
         })
@@ -816,6 +830,7 @@ async fn scenario_steady_full_sync_pass_lists_once_and_writes_nothing() {
             "volumeID": id.0,
             "persistentVolumes": ["pv-a"],
             "attempts": 1,
+            "protectedFromVMDelete": true,
         })),
     );
     let (cache, mut writer) = kube::runtime::reflector::store::<VolumeMigration>();

@@ -413,6 +413,42 @@ impl Registrar {
         }
     }
 
+    /// Replaces the stored ID `replaced` by `driver_id`, the ID the CSI driver's cache
+    /// holds (DESIGN.md §8: pods may be attached with it). Conditional on the stored ID
+    /// still being `replaced`; returns false when it changed meanwhile.
+    #[instrument(skip(self), fields(%path, %driver_id, %replaced))]
+    pub async fn adopt_driver_id(
+        &self,
+        path: &VolumePath,
+        driver_id: &VolumeId,
+        replaced: &VolumeId,
+    ) -> Result<bool, RegisterError> {
+        let _key = self.locks.lock(path).await;
+        let Some(state) = self.load(path).await? else {
+            return Ok(false);
+        };
+        if state.registered_id() != Some(replaced) {
+            return Ok(false);
+        }
+        self.fence(path)?;
+        let protected = self.try_protect(path, driver_id).await;
+        let update = StatusUpdate::Registered {
+            volume_id: driver_id.clone(),
+            disk_uuid: None,
+            adopted: true,
+            attempts: state.attempts,
+            protected,
+        };
+        match self.store.save(path, &update, state.version.as_ref()).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == StoreErrorKind::Conflict => Ok(false),
+            Err(source) => Err(RegisterError::Store {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+
     /// Records a failure in the status, unless doing so could hide a create in flight (the
     /// `Registering` marker stays) or there is nothing this replica may write.
     async fn record_failure(&self, path: &VolumePath, error: &RegisterError, attempts: u32) {

@@ -174,12 +174,14 @@ impl FullSync {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let driver_ids = self.driver_ids(&pvs);
         let planned = plan(&plan::PassInputs {
             pvs: &pvs,
             migrations: &migrations,
             volumes: &volumes,
             absent_before: &absent_before,
             gc_orphans: self.gc_orphans,
+            driver_ids: &driver_ids,
         });
         *self.absent.lock().unwrap_or_else(PoisonError::into_inner) = planned.absent.clone();
         self.ctx
@@ -204,11 +206,12 @@ impl FullSync {
         while let Some(ok) = running.next().await {
             outcomes.push(ok);
         }
+        let published = self.publish_all(&migrations).await;
         Ok(PassSummary {
             pvs: pvs.values().map(Vec::len).sum(),
             migrations: migrations.len(),
             volumes: volumes.len(),
-            repairs: outcomes.len(),
+            repairs: outcomes.len() + published,
             failed: outcomes.iter().filter(|ok| !**ok).count(),
             duplicate_disks: planned.duplicate_disks,
             orphans: planned.orphans,
@@ -237,6 +240,50 @@ impl FullSync {
             names.sort();
         }
         Ok(by_path)
+    }
+
+    /// IDs the CSI driver's cache holds for the paths in use.
+    fn driver_ids(&self, pvs: &HashMap<VolumePath, Vec<String>>) -> HashMap<VolumePath, Vec<String>> {
+        let Some(driver) = &self.ctx.driver else {
+            return HashMap::new();
+        };
+        pvs.keys()
+            .filter_map(|p| {
+                let ids: Vec<String> = driver.index.ids_for(p).into_iter().map(|id| id.0).collect();
+                (!ids.is_empty()).then(|| (p.clone(), ids))
+            })
+            .collect()
+    }
+
+    /// Keeps every Registered mapping published in the CSI driver's cache (no API call for
+    /// those in sync). Returns how many mappings needed writes.
+    async fn publish_all(&self, migrations: &[MigrationRecord]) -> usize {
+        if self.ctx.driver.as_ref().is_none_or(|d| !d.publish) {
+            return 0;
+        }
+        let mut changed = 0;
+        let mut missing = 0;
+        for m in migrations {
+            let (Some(path), Some(Phase::Registered), Some(id), false) =
+                (&m.path, m.phase, &m.volume_id, m.deleting)
+            else {
+                continue;
+            };
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            let id = crate::backend::VolumeId(id.clone());
+            match super::publish::publish(&self.ctx, path, &id, m.protected).await {
+                Ok(0) => {}
+                Ok(_) => changed += 1,
+                Err(e) => {
+                    missing += 1;
+                    warn!(%path, error = %e, "could not publish to the CSI driver's cache");
+                }
+            }
+        }
+        self.ctx.metrics.set_driver_objects_missing(missing);
+        changed
     }
 
     fn publish_phases(&self, migrations: &[MigrationRecord]) {
@@ -276,6 +323,7 @@ pub fn record(vm: &VolumeMigration) -> MigrationRecord {
         volume_id: status.volume_id,
         pvs: status.persistent_volumes.unwrap_or_default(),
         duplicates,
+        protected: status.protected_from_vm_delete == Some(true),
         deleting: vm.metadata.deletion_timestamp.is_some(),
     }
 }

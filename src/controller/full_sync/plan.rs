@@ -25,6 +25,8 @@ pub struct MigrationRecord {
     pub pvs: Vec<String>,
     /// Status duplicate IDs.
     pub duplicates: Vec<String>,
+    /// The disk is known to be protected from VM deletion.
+    pub protected: bool,
     /// True when a deletion is in progress.
     pub deleting: bool,
 }
@@ -63,6 +65,23 @@ pub enum Repair {
         /// The others.
         others: Vec<String>,
     },
+    /// The CSI driver's cache maps the path to another live volume than the status: the
+    /// driver's ID wins (pods may be attached with it, DESIGN.md §8).
+    AdoptDriverId {
+        /// The path.
+        path: VolumePath,
+        /// The ID the driver's cache holds.
+        driver_id: String,
+        /// The ID the status holds (then listed as a duplicate).
+        replaced: String,
+    },
+    /// A Registered volume whose disk is not known to be protected from VM deletion.
+    Protect {
+        /// The path.
+        path: VolumePath,
+        /// The stored volume ID.
+        volume_id: String,
+    },
     /// No PV for two consecutive passes: run the deletion flow.
     DeleteMigration {
         /// Object name.
@@ -90,6 +109,8 @@ impl Repair {
             Repair::ReRegister { .. } => "reregister",
             Repair::SetPvs { .. } => "set_pvs",
             Repair::Duplicates { .. } => "duplicates",
+            Repair::AdoptDriverId { .. } => "adopt_driver_id",
+            Repair::Protect { .. } => "protect",
             Repair::DeleteMigration { .. } => "delete_migration",
             Repair::Orphan { .. } => "orphan",
         }
@@ -121,6 +142,24 @@ pub struct PassInputs<'a> {
     pub absent_before: &'a HashSet<VolumePath>,
     /// `--gc-orphans`.
     pub gc_orphans: bool,
+    /// IDs the CSI driver's cache holds, by canonical path.
+    pub driver_ids: &'a HashMap<VolumePath, Vec<String>>,
+}
+
+/// The ID the CSI driver's cache holds for `path` that still exists in CNS (the smallest,
+/// for determinism, when it holds several).
+fn live_driver_id<'a>(
+    inputs: &'a PassInputs<'_>,
+    live: &HashSet<&str>,
+    path: &VolumePath,
+) -> Option<&'a str> {
+    inputs
+        .driver_ids
+        .get(path)?
+        .iter()
+        .filter(|id| live.contains(id.as_str()))
+        .map(String::as_str)
+        .min()
 }
 
 /// Plans one pass.
@@ -136,6 +175,11 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
     // duplicates by construction).
     let by_cns_name: HashMap<String, &VolumePath> =
         by_path.keys().map(|p| (p.cns_volume_name(), *p)).collect();
+    let driver_path: HashMap<&str, &VolumePath> = inputs
+        .driver_ids
+        .iter()
+        .flat_map(|(p, ids)| ids.iter().map(move |id| (id.as_str(), p)))
+        .collect();
     let mut volumes_by_path: HashMap<&VolumePath, Vec<&CnsVolume>> = HashMap::new();
     let mut live_ids: HashSet<&str> = HashSet::with_capacity(inputs.volumes.len());
     for v in inputs.volumes {
@@ -143,7 +187,8 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         let disk = v
             .backing_path
             .as_ref()
-            .or_else(|| by_cns_name.get(&v.name).copied());
+            .or_else(|| by_cns_name.get(&v.name).copied())
+            .or_else(|| driver_path.get(v.id.0.as_str()).copied());
         if let Some(p) = disk {
             volumes_by_path.entry(p).or_default().push(v);
         }
@@ -173,7 +218,22 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
                     missing_id: id.clone(),
                 });
             }
-            (Some(Phase::Registered), Some(_)) => {}
+            (Some(Phase::Registered), Some(id)) => {
+                if let Some(driver_id) = live_driver_id(inputs, &live_ids, path)
+                    && driver_id != id
+                {
+                    out.repairs.push(Repair::AdoptDriverId {
+                        path: (*path).clone(),
+                        driver_id: driver_id.to_owned(),
+                        replaced: id.clone(),
+                    });
+                } else if !m.protected {
+                    out.repairs.push(Repair::Protect {
+                        path: (*path).clone(),
+                        volume_id: id.clone(),
+                    });
+                }
+            }
             _ => out.repairs.push(Repair::Retry((*path).clone())),
         }
     }
@@ -187,10 +247,14 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         {
             out.duplicate_disks += 1;
             let owned: Vec<CnsVolume> = volumes.iter().map(|v| (*v).clone()).collect();
-            let keep = m
-                .volume_id
-                .clone()
-                .filter(|id| owned.iter().any(|v| v.id.0 == *id))
+            // The driver's ID wins, then the one in status, then the oldest.
+            let keep = live_driver_id(inputs, &live_ids, path)
+                .map(str::to_owned)
+                .or_else(|| {
+                    m.volume_id
+                        .clone()
+                        .filter(|id| owned.iter().any(|v| v.id.0 == *id))
+                })
                 .or_else(|| oldest(&owned).map(|v| v.id.0.clone()))
                 .unwrap_or_default();
             let mut others: Vec<String> = owned

@@ -14,6 +14,7 @@ fn migration(n: u32, phase: Option<Phase>, id: Option<&str>, pvs: &[&str]) -> Mi
         volume_id: id.map(Into::into),
         pvs: pvs.iter().map(|s| s.to_string()).collect(),
         duplicates: vec![],
+        protected: true,
         deleting: false,
     }
 }
@@ -46,6 +47,7 @@ fn run(
         volumes,
         absent_before,
         gc_orphans: false,
+        driver_ids: &HashMap::new(),
     })
 }
 
@@ -322,4 +324,67 @@ fn an_object_under_another_paths_name_is_never_acted_on() {
         "{:?}",
         out.repairs
     );
+}
+
+#[test]
+fn unprotected_registered_volumes_are_protected() {
+    let mut m = migration(1, Some(Phase::Registered), Some("v1"), &["pv-1"]);
+    m.protected = false;
+    let out = run(&pvs(&[(1, &["pv-1"])]), &[m], &[volume("v1", 1, 1)], &HashSet::new());
+    assert_eq!(
+        out.repairs,
+        [Repair::Protect {
+            path: p(1),
+            volume_id: "v1".into()
+        }]
+    );
+}
+
+#[test]
+fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
+    let driver: HashMap<VolumePath, Vec<String>> = [(p(1), vec!["drv".to_owned()])].into();
+    // The driver registered with a random name; CNS reports no backing path for it.
+    let drivers_volume = CnsVolume {
+        id: VolumeId("drv".into()),
+        name: "pvc-random".into(),
+        backing_path: None,
+        created: Some(jiff::Timestamp::from_second(2).unwrap()),
+    };
+    let migrations = [migration(1, Some(Phase::Registered), Some("mine"), &["pv-1"])];
+    let volumes = [volume("mine", 1, 1), drivers_volume];
+    let out = plan(&PassInputs {
+        pvs: &pvs(&[(1, &["pv-1"])]),
+        migrations: &migrations,
+        volumes: &volumes,
+        absent_before: &HashSet::new(),
+        gc_orphans: false,
+        driver_ids: &driver,
+    });
+    assert_eq!(
+        out.repairs,
+        [
+            Repair::AdoptDriverId {
+                path: p(1),
+                driver_id: "drv".into(),
+                replaced: "mine".into()
+            },
+            Repair::Duplicates {
+                name: p(1).object_name(),
+                path: p(1),
+                keep: "drv".into(),
+                others: vec!["mine".into()],
+            },
+        ]
+    );
+    // A driver object whose volume is gone from CNS does not win.
+    let gone = [volume("mine", 1, 1)];
+    let out = plan(&PassInputs {
+        pvs: &pvs(&[(1, &["pv-1"])]),
+        migrations: &migrations,
+        volumes: &gone,
+        absent_before: &HashSet::new(),
+        gc_orphans: false,
+        driver_ids: &driver,
+    });
+    assert!(out.repairs.is_empty(), "{:?}", out.repairs);
 }

@@ -119,6 +119,21 @@ impl FullSync {
                 ctx.metrics.full_sync_action(SyncAction::Duplicate, 1);
                 self.report_duplicates(name, path, keep, others).await
             }
+            Repair::AdoptDriverId {
+                path,
+                driver_id,
+                replaced,
+            } => {
+                ctx.metrics.full_sync_action(SyncAction::Duplicate, 1);
+                self.adopt_driver_id(path, driver_id, replaced).await
+            }
+            Repair::Protect { path, volume_id } => {
+                ctx.registrar
+                    .protect(path, &VolumeId::from(volume_id.as_str()))
+                    .await
+                    .map(drop)
+                    .map_err(RepairError::Register)
+            }
             Repair::DeleteMigration { name, path } => {
                 ctx.metrics.full_sync_action(SyncAction::DeleteMigration, 1);
                 info!(%path, %name, "no PV for two passes; deleting the VolumeMigration");
@@ -161,6 +176,32 @@ impl FullSync {
             self.ctx
                 .events
                 .on_migration(&vm, EventType::Warning, event_reason::RE_REGISTERED, note)
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn adopt_driver_id(
+        &self,
+        path: &VolumePath,
+        driver_id: &str,
+        replaced: &str,
+    ) -> Result<(), RepairError> {
+        let switched = self
+            .ctx
+            .registrar
+            .adopt_driver_id(path, &VolumeId::from(driver_id), &VolumeId::from(replaced))
+            .await
+            .map_err(RepairError::Register)?;
+        if switched && let Some(vm) = self.cached(&path.object_name()) {
+            let note = format!(
+                "the CSI driver's cache maps {path} to CNS volume {driver_id}; the status held \
+                 {replaced}, now listed as a duplicate (not unregistered)"
+            );
+            warn!(%path, driver_id, replaced, "the CSI driver's ID wins");
+            self.ctx
+                .events
+                .on_migration(&vm, EventType::Warning, event_reason::DUPLICATE_VOLUMES, note)
                 .await;
         }
         Ok(())
