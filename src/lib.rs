@@ -21,6 +21,7 @@ pub mod pv_index;
 pub mod pv_watcher;
 pub mod reconcile;
 pub mod registrar;
+pub mod report;
 pub mod status;
 pub mod vcenter_config;
 pub mod volume_path;
