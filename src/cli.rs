@@ -26,6 +26,10 @@ pub enum Command {
     /// Print the CNS volume ID of a registered volume path (never registers).
     /// Exits 3 when the path is not registered yet.
     Lookup(LookupArgs),
+    /// Read-only readiness report: every in-tree vSphere PV with its phase, volume ID and
+    /// driver object. Exits 0 only when all are Registered (and published when required),
+    /// 1 when not, 2 on errors.
+    Report(ReportArgs),
 }
 
 /// Where to find the Kubernetes API.
@@ -212,7 +216,33 @@ pub struct LookupArgs {
     pub kube: KubeArgs,
 
     /// The in-tree volume path, e.g. "[LocalDS_0] kubevols/disk-1.vmdk".
-    pub volume_path: String,
+    #[arg(required_unless_present = "pv", conflicts_with = "pv")]
+    pub volume_path: Option<String>,
+
+    /// Look up the in-tree vSphere PV of this name instead of a path.
+    #[arg(long, value_name = "NAME")]
+    pub pv: Option<String>,
+}
+
+/// Flags of `volmig report`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Kubernetes connection.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = crate::report::Format::Table)]
+    pub output: crate::report::Format,
+
+    /// Whether PVs must also be published to the vSphere CSI driver's cache
+    /// (CnsVSphereVolumeMigration objects): auto = when that CRD is served.
+    #[arg(long, value_enum, default_value_t = crate::report::DriverCacheRequirement::Auto)]
+    pub require_driver_cache: crate::report::DriverCacheRequirement,
+
+    /// Print only the PVs that are not ready (totals still count all).
+    #[arg(long)]
+    pub not_ready: bool,
 }
 
 /// Highest accepted `--vc-requests-per-second`.

@@ -26,6 +26,7 @@ pub mod leader;
 pub mod lookup;
 pub mod metrics;
 pub mod registrar;
+pub mod report;
 pub mod vcenter_config;
 pub mod volume_path;
 

@@ -1,6 +1,7 @@
 //! What a CSI controller needs: the volume ID of a registered path, read from the
 //! VolumeMigration status. Never registers.
 
+use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 
 use crate::api::{Phase, VolumeMigration};
@@ -41,6 +42,61 @@ pub enum LookupError {
         /// The client error.
         source: kube::Error,
     },
+    /// `lookup --pv`: no PersistentVolume of that name.
+    #[error("PersistentVolume {name} not found")]
+    PvNotFound {
+        /// The PV name asked for.
+        name: String,
+    },
+    /// `lookup --pv`: the PV has no `spec.vsphereVolume`.
+    #[error(
+        "PersistentVolume {name} is not an in-tree vSphere volume (no spec.vsphereVolume){hint}"
+    )]
+    NotInTreeVsphere {
+        /// The PV name asked for.
+        name: String,
+        /// More detail, e.g. the CSI volume handle of a CSI PV (may be empty).
+        hint: String,
+    },
+    /// `lookup --pv`: the PV could not be read.
+    #[error("reading PersistentVolume {name}: {source}")]
+    KubePv {
+        /// The PV name.
+        name: String,
+        /// The client error.
+        source: kube::Error,
+    },
+}
+
+/// The CNS volume ID published for the in-tree vSphere PV `name`: reads the PV, takes
+/// its `spec.vsphereVolume.volumePath` and looks that path up like [`lookup`].
+pub async fn lookup_pv(client: kube::Client, name: &str) -> Result<VolumeId, LookupError> {
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs
+        .get_opt(name)
+        .await
+        .map_err(|source| LookupError::KubePv {
+            name: name.to_owned(),
+            source,
+        })?
+        .ok_or_else(|| LookupError::PvNotFound {
+            name: name.to_owned(),
+        })?;
+    let spec = pv.spec.unwrap_or_default();
+    let Some(volume) = spec.vsphere_volume else {
+        let hint = match spec.csi {
+            Some(csi) => format!(
+                "; it is a CSI volume of driver {} with volume handle {}",
+                csi.driver, csi.volume_handle
+            ),
+            None => String::new(),
+        };
+        return Err(LookupError::NotInTreeVsphere {
+            name: name.to_owned(),
+            hint,
+        });
+    };
+    lookup(client, &volume.volume_path).await
 }
 
 /// The CNS volume ID published for `raw` (any accepted spelling of the path).

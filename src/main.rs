@@ -59,7 +59,13 @@ fn main() -> ExitCode {
                 rt.block_on(async {
                     let client =
                         volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
-                    Ok(volmig::lookup::lookup(client, &args.volume_path).await)
+                    Ok(match (&args.pv, &args.volume_path) {
+                        (Some(pv), _) => volmig::lookup::lookup_pv(client, pv).await,
+                        (None, path) => {
+                            volmig::lookup::lookup(client, path.as_deref().unwrap_or_default())
+                                .await
+                        }
+                    })
                 })
             });
             match result {
@@ -82,6 +88,28 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Report(args) => {
+            let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
+                rt.block_on(async {
+                    let client =
+                        volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
+                    Ok(volmig::report::run(client, &args).await?)
+                })
+            });
+            match result {
+                Ok(rendered) => {
+                    print!("{}", rendered.stdout);
+                    if let Some(line) = &rendered.stderr {
+                        eprintln!("{line}");
+                    }
+                    ExitCode::from(rendered.exit_code())
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(volmig::report::EXIT_ERROR)
                 }
             }
         }

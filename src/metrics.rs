@@ -4,9 +4,14 @@
 //! Recording never blocks for long and never fails. [`Metrics::encode`] renders the
 //! OpenMetrics text exposition, [`Metrics::encode_prometheus_text`] the Prometheus text
 //! format 0.0.4; [`crate::http`] serves either on `/metrics`.
+//!
+//! Besides the `volmig_` families, the registry carries the standard `process_*` metrics
+//! (CPU, memory, file descriptors, start time), read from `/proc/self` at scrape time on
+//! Linux ([`process`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,10 +22,11 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::api::Phase;
 
 mod labels;
+mod process;
 
 use labels::{
-    ActionLabels, BackendLabels, OperationLabels, PHASES, PassLabels, PhaseLabels, PhaseValue,
-    RegistrationLabels, pass_labels,
+    ActionLabels, BackendLabels, BuildLabels, OperationLabels, PHASES, PassLabels, PhaseLabels,
+    PhaseValue, ReasonLabels, RegistrationLabels, pass_labels,
 };
 pub use labels::{BackendResult, RegistrationResult, SyncAction};
 
@@ -62,13 +68,11 @@ struct Inner {
     backend_duration: HistogramFamily<OperationLabels>,
     leader: Gauge,
     pvs_tracked: Gauge,
-    name_collisions: Counter,
+    build_info: Family<BuildLabels, Gauge>,
+    full_sync_last_success: Gauge<f64, AtomicU64>,
+    driver_objects_missing: Gauge,
     reconcile_failures: Family<ReasonLabels, Counter>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
+    name_collisions: Counter,
 }
 
 /// All of volmig's metrics behind one cloneable handle.
@@ -89,7 +93,7 @@ impl Metrics {
     /// absent-series alerts work from the first scrape.
     pub fn new() -> Self {
         let mut inner = Inner {
-            registry: Registry::with_prefix("volmig"),
+            registry: Registry::default(),
             registrations: Family::default(),
             registration_duration: Histogram::new(REGISTRATION_BUCKETS),
             volumes: Family::default(),
@@ -102,9 +106,13 @@ impl Metrics {
             backend_duration: Family::new_with_constructor(backend_histogram),
             leader: Gauge::default(),
             pvs_tracked: Gauge::default(),
+            build_info: Family::default(),
+            full_sync_last_success: Gauge::default(),
+            driver_objects_missing: Gauge::default(),
             name_collisions: Counter::default(),
             reconcile_failures: Family::default(),
         };
+        inner.build_info.get_or_create(&BuildLabels::CURRENT).set(1);
         // Create the series now (at zero); the handles are not needed.
         for &result in RegistrationResult::ALL {
             let _ = inner
@@ -165,8 +173,15 @@ impl Metrics {
         }
     }
 
-    /// Records one full-sync pass: its duration and whether it completed.
+    /// Records one full-sync pass: its duration and whether it completed. A completed pass
+    /// also sets `volmig_full_sync_last_success_timestamp_seconds` to now.
     pub fn full_sync_pass(&self, duration: Duration, ok: bool) {
+        if ok {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.inner.full_sync_last_success.set(now);
+        }
         self.inner
             .full_sync_duration
             .observe(duration.as_secs_f64());
@@ -220,6 +235,23 @@ impl Metrics {
     /// Sets the number of in-tree vSphere PVs the watcher tracks.
     pub fn set_pvs_tracked(&self, n: usize) {
         self.inner.pvs_tracked.set(gauge_value(n));
+    }
+
+    /// Sets the number of registered volume paths whose `CnsVSphereVolumeMigration` driver
+    /// object is missing.
+    pub fn set_driver_objects_missing(&self, n: usize) {
+        self.inner.driver_objects_missing.set(gauge_value(n));
+    }
+
+    /// Counts one failed reconcile of a VolumeMigration, by `reason` (a short, bounded
+    /// identifier such as a status reason; never a free-form message).
+    pub fn reconcile_failure(&self, reason: &str) {
+        self.inner
+            .reconcile_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// The OpenMetrics text exposition (ends with `# EOF`).
@@ -311,14 +343,24 @@ impl Metrics {
         self.inner.name_collisions.get()
     }
 
-    /// Counts a failed reconciliation by the action that failed.
-    pub fn reconcile_failure(&self, reason: &str) {
-        self.inner
-            .reconcile_failures
-            .get_or_create(&ReasonLabels {
+    /// Unix time in seconds of the last completed full-sync pass; 0 before the first.
+    pub fn full_sync_last_success(&self) -> f64 {
+        self.inner.full_sync_last_success.get()
+    }
+
+    /// The current `volmig_driver_objects_missing` value.
+    pub fn driver_objects_missing(&self) -> i64 {
+        self.inner.driver_objects_missing.get()
+    }
+
+    /// Reconcile failures recorded with `reason`.
+    pub fn reconcile_failures(&self, reason: &str) -> u64 {
+        counter(
+            &self.inner.reconcile_failures,
+            &ReasonLabels {
                 reason: reason.to_owned(),
-            })
-            .inc();
+            },
+        )
     }
 }
 
@@ -330,7 +372,10 @@ where
 }
 
 fn register_all(m: &mut Inner) {
-    let r = &mut m.registry;
+    #[cfg(target_os = "linux")]
+    m.registry
+        .register_collector(Box::new(process::ProcessCollector));
+    let r = m.registry.sub_registry_with_prefix("volmig");
     r.register(
         "registrations",
         "Finished registrations of vmdks as CNS volumes, by result",
@@ -400,8 +445,24 @@ fn register_all(m: &mut Inner) {
         m.name_collisions.clone(),
     );
     r.register(
+        "build_info",
+        "Build of the running volmig binary (the value is always 1)",
+        m.build_info.clone(),
+    );
+    r.register(
+        "full_sync_last_success_timestamp_seconds",
+        "Unix time of the last completed full-sync pass on this replica, 0 before the first",
+        m.full_sync_last_success.clone(),
+    );
+    r.register(
+        "driver_objects_missing",
+        "Registered volume paths whose CnsVSphereVolumeMigration driver object is missing",
+        m.driver_objects_missing.clone(),
+    );
+    // Counters are registered without `_total`: the encoder appends it.
+    r.register(
         "reconcile_failures",
-        "Failed reconciliations, by the action that failed",
+        "Failed reconciles of VolumeMigrations, by reason",
         m.reconcile_failures.clone(),
     );
 }

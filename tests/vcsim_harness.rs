@@ -950,3 +950,82 @@ async fn pbm_resolves_a_default_policy_name_to_its_profile_id() {
     assert_eq!(soap.pbm_profile_id("No Such Policy").await, None);
     assert_eq!(sim.stats().await.calls("PbmQueryProfile"), 3);
 }
+
+/// The modes as volmig's own CNS client meets them (its task polls are
+/// `RetrievePropertiesEx` on the Task, which the harness fails or slows).
+#[tokio::test]
+async fn volmig_cns_backend_meets_slow_tasks_failing_polls_and_lost_replies() {
+    use volmig::VolumePath;
+    use volmig::backend::cns::{CnsBackend, CnsConfig};
+    use volmig::backend::{CreateVolumeRequest, VolumeBackend};
+
+    const UA: &str = "volmig-harness-selftest";
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(3)
+            .cns_task_duration(Duration::from_millis(800)),
+    )
+    .await;
+    let mut config = CnsConfig::new(
+        sim.url.parse().expect("url"),
+        sim.username.as_str(),
+        sim.password.as_str(),
+    );
+    config.ca_file = sim.cert.clone();
+    config.request_timeout = Duration::from_secs(10);
+    config.user_agent = UA.to_string();
+    let backend = CnsBackend::connect(config).await.expect("connect");
+    let request = |n: usize| {
+        let path = VolumePath::parse(&sim.vmdk_path("kubevols", n)).expect("path");
+        CreateVolumeRequest {
+            name: path.cns_volume_name(),
+            path,
+            cluster_id: CLUSTER.to_string(),
+            storage_policy_name: None,
+        }
+    };
+
+    // Slow task: the client keeps polling until the task succeeds.
+    sim.reset_stats().await;
+    let id = backend
+        .create_volume(&request(1))
+        .await
+        .expect("slow create");
+    let ids: Vec<String> = sim.volumes().await.into_iter().map(|v| v.id).collect();
+    assert_eq!(ids, vec![id.to_string()]);
+    let stats = sim.stats().await;
+    assert!(
+        stats.calls_by(UA, "RetrievePropertiesEx") >= 2,
+        "polled while running: {stats:?}"
+    );
+    let creates = sim.creates().await;
+    assert_eq!(creates.last().map(|c| c.user_agent.as_str()), Some(UA));
+
+    // A failing poll: the client's create fails, the volume is still made.
+    sim.set_cns_task_duration(Duration::ZERO).await;
+    sim.set_fail_task_polls(50).await;
+    let err = backend
+        .create_volume(&request(2))
+        .await
+        .expect_err("poll fails");
+    println!("failing poll: {err}");
+    assert!(err.to_string().contains("503"), "{err}");
+    sim.set_fail_task_polls(0).await;
+    assert_eq!(
+        sim.volumes_for(&sim.vmdk_path("kubevols", 2)).await.len(),
+        1
+    );
+
+    // A lost reply: the client's create fails, the volume is still made.
+    sim.set_drop_create_replies(1).await;
+    let err = backend
+        .create_volume(&request(3))
+        .await
+        .expect_err("reply lost");
+    println!("lost reply: {err}");
+    assert_eq!(
+        sim.volumes_for(&sim.vmdk_path("kubevols", 3)).await.len(),
+        1
+    );
+    assert_eq!(sim.stats().await.dropped("CnsCreateVolume"), 1);
+}

@@ -168,3 +168,28 @@ pub(super) fn pass_labels(ok: bool) -> PassLabels {
         result: if ok { "ok" } else { "failed" },
     }
 }
+
+/// Labels of `volmig_build_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct BuildLabels {
+    /// The crate version.
+    pub(super) version: &'static str,
+    /// Operating system the binary was built for.
+    pub(super) os: &'static str,
+    /// CPU architecture the binary was built for.
+    pub(super) arch: &'static str,
+}
+
+impl BuildLabels {
+    pub(super) const CURRENT: BuildLabels = BuildLabels {
+        version: env!("CARGO_PKG_VERSION"),
+        os: std::env::consts::OS,
+        arch: std::env::consts::ARCH,
+    };
+}
+
+/// Labels of `volmig_reconcile_failures_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct ReasonLabels {
+    pub(super) reason: String,
+}

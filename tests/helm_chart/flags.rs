@@ -106,6 +106,15 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.datacenters == ["/DC0", "/Folder/DC1"],
         ),
         (
+            "csi-config",
+            vec!["--set", "vcenter.csiConfig.enabled=true"],
+            "--csi-config=/etc/volmig/csi-config/csi-vsphere.conf",
+            |a| {
+                a.csi_config.as_deref()
+                    == Some("/etc/volmig/csi-config/csi-vsphere.conf".as_ref())
+            },
+        ),
+        (
             "cluster-id",
             vec!["--set-string", "clusterId=prod-cluster-7"],
             "--cluster-id=prod-cluster-7",

@@ -20,12 +20,19 @@ use volmig::api::{Phase, VolumeMigration};
 
 use super::vcsim::Vcsim;
 
+#[path = "helm.rs"]
+pub mod helm;
+
 /// Where the Kubernetes API comes from.
 pub struct Cluster {
     /// The in-process test server; `None` against a real cluster.
     pub server: Option<kube_testserver::TestServer>,
     /// Kubeconfig file for the daemon and kubectl.
     pub kubeconfig: PathBuf,
+    /// The kubeconfig [`Daemon::spawn`] gives volmig: the chart's ServiceAccount (see
+    /// [`Cluster::install_chart_identity`]) on the test server unless
+    /// `VOLMIG_E2E_IDENTITY=admin`; [`Cluster::kubeconfig`] on a real cluster.
+    pub daemon_kubeconfig: PathBuf,
     /// A client for the test itself.
     pub client: kube::Client,
     /// Scratch directory (logs, credentials), removed on drop.
@@ -54,8 +61,9 @@ impl Cluster {
         let client = volmig::daemon::kube_client(Some(&kubeconfig))
             .await
             .expect("client");
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             server,
+            daemon_kubeconfig: kubeconfig.clone(),
             kubeconfig,
             client,
             dir,
@@ -66,7 +74,69 @@ impl Cluster {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-system"}}))
                 .expect("namespace");
         let _ = namespaces.create(&PostParams::default(), &ns).await;
+        if cluster.server.is_some() && chart_identity_enabled() {
+            cluster.install_chart_identity(&chart_rbac());
+        }
         cluster
+    }
+
+    /// Applies `objects` (from [`chart_rbac`] or [`chart_rbac_without`]) with kubectl as the
+    /// admin, mints a token for the chart's ServiceAccount with `kubectl create token`, and
+    /// makes [`Daemon::spawn`] use a kubeconfig with that token, the daemon's only identity.
+    /// Test server only.
+    pub fn install_chart_identity(&mut self, objects: &[serde_json::Value]) {
+        assert!(
+            self.server.is_some(),
+            "the chart identity is installed on the API test server only"
+        );
+        let namespace: Namespace = serde_json::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NAMESPACE}}),
+        )
+        .expect("namespace");
+        let mut items = vec![serde_json::to_value(namespace).expect("namespace json")];
+        items.extend(objects.iter().cloned());
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        self.kubectl_ok(&["apply", "-f", "-"], Some(&list.to_string()));
+        let token = self.kubectl_ok(
+            &[
+                "-n",
+                CHART_NAMESPACE,
+                "create",
+                "token",
+                CHART_SERVICE_ACCOUNT,
+                "--duration",
+                "24h",
+            ],
+            None,
+        );
+        let server = self.server.as_ref().expect("test server");
+        let path = self.path("volmig-sa-kubeconfig");
+        std::fs::write(&path, server.kubeconfig_yaml_with_token(token.trim()))
+            .expect("write the ServiceAccount kubeconfig");
+        self.daemon_kubeconfig = path;
+    }
+
+    /// Runs the real kubectl as the admin against this cluster; panics on failure.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let mut cmd = std::process::Command::new("/usr/bin/kubectl");
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .args(args);
+        let output = helm::with_stdin(&mut cmd, stdin);
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}: {}",
+            helm::describe(&output)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The 403s the API test server answered so far, by message (empty on a real cluster).
+    pub fn forbidden(&self) -> std::collections::BTreeMap<String, u64> {
+        self.server
+            .as_ref()
+            .map(|s| s.stats().forbidden_messages)
+            .unwrap_or_default()
     }
 
     async fn install_crd(&self) {
@@ -183,6 +253,119 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let forbidden = self.forbidden();
+        if !forbidden.is_empty() {
+            eprintln!("--- 403 answers of the API test server (count, message) ---");
+            for (message, count) in &forbidden {
+                eprintln!("{count:>6}  {message}");
+            }
+        }
+    }
+}
+
+/// Namespace the chart is rendered for (its ServiceAccount lives there).
+pub const CHART_NAMESPACE: &str = helm::NAMESPACE;
+/// The chart's ServiceAccount (release `volmig`).
+pub const CHART_SERVICE_ACCOUNT: &str = "volmig";
+/// The switch: `VOLMIG_E2E_IDENTITY=admin` runs the daemon with the admin kubeconfig
+/// instead of the chart's ServiceAccount on the API test server.
+pub const IDENTITY_ENV: &str = "VOLMIG_E2E_IDENTITY";
+
+/// Whether [`Cluster::start`] installs the chart's identity for the daemon.
+pub fn chart_identity_enabled() -> bool {
+    std::env::var(IDENTITY_ENV).map_or(true, |v| v != "admin")
+}
+
+/// The kinds of the chart's identity: its ServiceAccount and RBAC.
+pub const RBAC_KINDS: &[&str] = &[
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+/// The chart's ServiceAccount and RBAC objects, rendered once per process by the real helm
+/// (`helm template volmig charts/volmig -n volmig`) with the Lease in `kube-system`, the
+/// namespace [`Daemon::spawn`]'s volmig uses (its `--lease-namespace` default).
+pub fn chart_rbac() -> Vec<serde_json::Value> {
+    static RENDERED: std::sync::OnceLock<Vec<serde_json::Value>> = std::sync::OnceLock::new();
+    RENDERED
+        .get_or_init(|| {
+            helm::render(&["--set", "leaderElection.leaseNamespace=kube-system"])
+                .objects
+                .into_iter()
+                .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
+                .collect()
+        })
+        .clone()
+}
+
+/// Names one rule of the chart's RBAC: the role's kind and name and the rule's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleId {
+    /// `ClusterRole` or `Role`.
+    pub kind: String,
+    /// The role's name.
+    pub role: String,
+    /// Index in `rules`.
+    pub index: usize,
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} rule {}", self.kind, self.role, self.index)
+    }
+}
+
+/// Every rule of the chart's roles with its id, in rendering order.
+pub fn chart_rules() -> Vec<(RuleId, serde_json::Value)> {
+    chart_rbac()
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        .flat_map(|role| {
+            let kind = role["kind"].as_str().unwrap_or_default().to_string();
+            let name = role["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            role["rules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(move |(index, rule)| {
+                    (
+                        RuleId {
+                            kind: kind.clone(),
+                            role: name.clone(),
+                            index,
+                        },
+                        rule,
+                    )
+                })
+        })
+        .collect()
+}
+
+/// [`chart_rbac`] with one rule removed (panics when the chart has no such rule).
+pub fn chart_rbac_without(rule: &RuleId) -> Vec<serde_json::Value> {
+    let mut objects = chart_rbac();
+    let role = objects
+        .iter_mut()
+        .find(|o| o["kind"] == rule.kind.as_str() && o["metadata"]["name"] == rule.role.as_str())
+        .unwrap_or_else(|| panic!("the chart renders no {} {}", rule.kind, rule.role));
+    let rules = role["rules"]
+        .as_array_mut()
+        .unwrap_or_else(|| panic!("{} {} has no rules", rule.kind, rule.role));
+    assert!(rule.index < rules.len(), "no {rule}");
+    rules.remove(rule.index);
+    objects
+}
+
 /// The phase of a VolumeMigration.
 pub fn phase(vm: &VolumeMigration) -> Option<Phase> {
     vm.status.as_ref().and_then(|s| s.phase)
@@ -252,7 +435,7 @@ impl Daemon {
         let mut flags: Vec<(String, Option<String>)> = vec![
             (
                 "--kubeconfig".into(),
-                Some(cluster.kubeconfig.display().to_string()),
+                Some(cluster.daemon_kubeconfig.display().to_string()),
             ),
             ("--vc-url".into(), Some(vcsim.url.clone())),
             (

@@ -1,6 +1,8 @@
 //! Helpers of the Helm chart tests: the real helm 4 binary (fetched once by `make helm`),
 //! rendering the chart, and reading objects out of the rendered YAML.
 
+#![allow(dead_code)] // each test crate uses a different subset
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

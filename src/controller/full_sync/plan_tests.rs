@@ -228,6 +228,7 @@ fn orphans_are_reported_and_collected_only_when_asked() {
         volumes: &volumes,
         absent_before: &HashSet::new(),
         gc_orphans: true,
+        driver_ids: &HashMap::new(),
     });
     assert_eq!(
         out.repairs,

@@ -3,14 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"html"
 	"io"
-	"regexp"
-	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 

@@ -78,11 +78,11 @@ func (s *stats) snapshot() statsSnapshot {
 		fua[k] = cp(v)
 	}
 	return statsSnapshot{
-		Calls:            cp(s.calls),
-		Faults:           cp(s.faults),
-		InFlight:         cp(s.inFlight),
-		MaxInFlight:      cp(s.maxInFlight),
-		CallsByUserAgent: ua,
+		Calls:             cp(s.calls),
+		Faults:            cp(s.faults),
+		InFlight:          cp(s.inFlight),
+		MaxInFlight:       cp(s.maxInFlight),
+		CallsByUserAgent:  ua,
 		FaultsByUserAgent: fua,
 		Dropped:           cp(s.dropped),
 	}

@@ -1,0 +1,371 @@
+//! The report's reads from the Kubernetes API: PVs, VolumeMigrations and (unless turned
+//! off) the vSphere CSI driver's `CnsVSphereVolumeMigration` objects, each as one paged
+//! list (500 per page, `continue` tokens), run concurrently. Read-only: no writes, no
+//! per-PV requests.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::Resource;
+use kube::api::ListParams;
+use kube::core::{ApiResource, Request};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::model::{DriverCache, DriverCacheRequirement, DriverObject, InTreePv, Inputs};
+use crate::api::VolumeMigration;
+
+/// Objects per list page.
+pub const PAGE_SIZE: u32 = 500;
+
+/// Group of the vSphere CSI driver's cache objects.
+pub const DRIVER_GROUP: &str = "cns.vmware.com";
+/// Version of the vSphere CSI driver's cache objects.
+pub const DRIVER_VERSION: &str = "v1alpha1";
+/// Kind of the vSphere CSI driver's cache objects.
+pub const DRIVER_KIND: &str = "CnsVSphereVolumeMigration";
+/// Plural (resource) name of the vSphere CSI driver's cache objects.
+pub const DRIVER_PLURAL: &str = "cnsvspherevolumemigrations";
+
+/// A list the report could not read.
+#[derive(Debug)]
+pub struct FetchError {
+    /// What was being listed.
+    pub what: &'static str,
+    /// The client error.
+    pub error: kube::Error,
+}
+
+impl std::fmt::Display for FetchError {
+    /// One line: what was listed, the API server's own message (or the whole chain of a
+    /// connection error), and a hint for the usual causes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "listing {}: ", self.what)?;
+        match &self.error {
+            kube::Error::Api(status) => {
+                write!(f, "{} (HTTP {})", status.message, status.code)?;
+                if status.code == 404 && self.what == VOLUME_MIGRATIONS {
+                    write!(
+                        f,
+                        "; is volmig's CRD installed? (`volmig crd | kubectl apply -f -`)"
+                    )?;
+                }
+                if status.code == 401 || status.code == 403 {
+                    write!(f, "; the report needs list on {}", self.what)?;
+                }
+                Ok(())
+            }
+            other => {
+                // the whole chain, each cause once (some errors repeat their source's text)
+                let mut text = other.to_string();
+                let mut source = std::error::Error::source(other);
+                while let Some(cause) = source {
+                    let cause_text = cause.to_string();
+                    if !text.contains(&cause_text) {
+                        text.push_str(": ");
+                        text.push_str(&cause_text);
+                    }
+                    source = cause.source();
+                }
+                f.write_str(&text)
+            }
+        }
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+const VOLUME_MIGRATIONS: &str = "VolumeMigrations";
+
+/// Only the parts of a PV spec the report reads (keeps 100k PVs cheap to decode).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PvSpec {
+    #[serde(default)]
+    vsphere_volume: Option<VsphereVolume>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VsphereVolume {
+    #[serde(default)]
+    volume_path: String,
+}
+
+/// `spec` of a `CnsVSphereVolumeMigration`; the field names are lower-case in the
+/// driver's CRD.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct DriverSpec {
+    #[serde(default)]
+    volumepath: String,
+    #[serde(default)]
+    volumeid: String,
+}
+
+/// The `ApiResource` of the driver's cache objects (for callers that want a dynamic `Api`).
+pub fn driver_resource() -> ApiResource {
+    ApiResource {
+        group: DRIVER_GROUP.into(),
+        version: DRIVER_VERSION.into(),
+        api_version: format!("{DRIVER_GROUP}/{DRIVER_VERSION}"),
+        kind: DRIVER_KIND.into(),
+        plural: DRIVER_PLURAL.into(),
+    }
+}
+
+/// Reads everything the report needs.
+pub async fn read_inputs(
+    client: kube::Client,
+    requirement: DriverCacheRequirement,
+) -> Result<Inputs, FetchError> {
+    let pvs = read_pvs(client.clone());
+    let migrations = read_migrations(client.clone());
+    let driver = async {
+        match requirement {
+            DriverCacheRequirement::Off => Ok(DriverCache::NotChecked),
+            DriverCacheRequirement::Auto | DriverCacheRequirement::On => {
+                read_driver_objects(client.clone()).await
+            }
+        }
+    };
+    let ((pvs, other_pvs), migrations, driver) = tokio::try_join!(pvs, migrations, driver)?;
+    Ok(Inputs {
+        pvs,
+        other_pvs,
+        migrations,
+        driver,
+    })
+}
+
+/// One page of a list, decoding only what the report reads.
+#[derive(Debug, Deserialize)]
+struct Page<T> {
+    items: Vec<T>,
+    #[serde(default)]
+    metadata: PageMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PageMeta {
+    #[serde(default, rename = "continue")]
+    continue_: Option<String>,
+}
+
+/// `metadata` of an item: only the name (not labels, annotations, managedFields, ...).
+#[derive(Debug, Default, Deserialize)]
+struct Meta {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Pv {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    spec: Option<PvSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Driver {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    spec: Option<DriverSpec>,
+}
+
+/// Lists the collection at `url_path` page by page ([`PAGE_SIZE`] items, `continue`
+/// tokens) and hands every page's items to `each`.
+async fn for_each_page<T, F>(
+    client: &kube::Client,
+    url_path: &str,
+    what: &'static str,
+    mut each: F,
+) -> Result<(), FetchError>
+where
+    T: DeserializeOwned,
+    F: FnMut(Vec<T>),
+{
+    let fail = |error| FetchError { what, error };
+    let request = Request::new(url_path);
+    let mut params = ListParams::default().limit(PAGE_SIZE);
+    loop {
+        let http = request
+            .list(&params)
+            .map_err(|e| fail(kube::Error::BuildRequest(e)))?;
+        let page: Page<T> = client.request(http).await.map_err(fail)?;
+        each(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
+async fn read_pvs(client: kube::Client) -> Result<(Vec<InTreePv>, usize), FetchError> {
+    let mut in_tree = Vec::new();
+    let mut others = 0;
+    let url = PersistentVolume::url_path(&(), None);
+    for_each_page(&client, &url, "PersistentVolumes", |items: Vec<Pv>| {
+        for pv in items {
+            match (pv.metadata.name, pv.spec.and_then(|s| s.vsphere_volume)) {
+                (Some(name), Some(volume)) => in_tree.push(InTreePv {
+                    name,
+                    volume_path: volume.volume_path,
+                }),
+                _ => others += 1,
+            }
+        }
+    })
+    .await?;
+    Ok((in_tree, others))
+}
+
+async fn read_migrations(client: kube::Client) -> Result<Vec<VolumeMigration>, FetchError> {
+    let mut all = Vec::new();
+    let url = VolumeMigration::url_path(&(), None);
+    for_each_page(&client, &url, VOLUME_MIGRATIONS, |items| all.extend(items)).await?;
+    Ok(all)
+}
+
+/// The driver's objects, or [`DriverCache::NotServed`] when the API answers 404 (the CRD
+/// is not installed or not yet established).
+async fn read_driver_objects(client: kube::Client) -> Result<DriverCache, FetchError> {
+    let mut all = Vec::new();
+    let url = format!("/apis/{DRIVER_GROUP}/{DRIVER_VERSION}/{DRIVER_PLURAL}");
+    let listed = for_each_page(
+        &client,
+        &url,
+        "CnsVSphereVolumeMigrations",
+        |items: Vec<Driver>| {
+            all.extend(items.into_iter().map(|o| {
+                let spec = o.spec.unwrap_or_default();
+                DriverObject {
+                    name: o.metadata.name.unwrap_or_default(),
+                    volume_path: spec.volumepath,
+                    volume_id: spec.volumeid,
+                }
+            }));
+        },
+    )
+    .await;
+    match listed {
+        Ok(()) => Ok(DriverCache::Served(all)),
+        Err(FetchError {
+            error: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 && all.is_empty() => Ok(DriverCache::NotServed),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(what: &'static str, code: u16, message: &str) -> String {
+        FetchError {
+            what,
+            error: kube::Error::Api(Box::new(Status::failure(message, "x").with_code(code))),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn api_errors_are_one_readable_line_with_a_hint() {
+        assert_eq!(
+            api_error(
+                VOLUME_MIGRATIONS,
+                404,
+                "the server could not find the requested resource"
+            ),
+            "listing VolumeMigrations: the server could not find the requested resource \
+             (HTTP 404); is volmig's CRD installed? (`volmig crd | kubectl apply -f -`)"
+        );
+        assert_eq!(
+            api_error("PersistentVolumes", 403, "persistentvolumes is forbidden"),
+            "listing PersistentVolumes: persistentvolumes is forbidden (HTTP 403); the report \
+             needs list on PersistentVolumes"
+        );
+        assert_eq!(
+            api_error("PersistentVolumes", 500, "boom"),
+            "listing PersistentVolumes: boom (HTTP 500)"
+        );
+    }
+
+    #[test]
+    fn connection_errors_name_each_cause_once() {
+        let error = FetchError {
+            what: "PersistentVolumes",
+            error: kube::Error::Service(Box::new(std::io::Error::other("connection refused"))),
+        };
+        assert_eq!(
+            error.to_string(),
+            "listing PersistentVolumes: ServiceError: connection refused"
+        );
+    }
+
+    #[test]
+    fn the_driver_resource_is_the_drivers() {
+        let r = driver_resource();
+        assert_eq!(r.api_version, "cns.vmware.com/v1alpha1");
+        assert_eq!(r.plural, "cnsvspherevolumemigrations");
+        assert_eq!(r.kind, "CnsVSphereVolumeMigration");
+    }
+
+    #[test]
+    fn only_names_and_the_needed_spec_fields_are_decoded() {
+        let page: Page<Pv> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeList",
+            "metadata": {"resourceVersion": "7", "continue": "abc"},
+            "items": [
+                {"metadata": {"name": "pv-1", "managedFields": [{"manager": "x"}]},
+                 "spec": {"capacity": {"storage": "1Gi"},
+                          "vsphereVolume": {"volumePath": "[ds] a.vmdk", "fsType": "ext4"}},
+                 "status": {"phase": "Bound"}},
+                {"metadata": {"name": "pv-2"}, "spec": {"nfs": {"server": "s", "path": "/p"}}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
+        assert_eq!(page.items[0].metadata.name.as_deref(), Some("pv-1"));
+        let spec = page.items[0].spec.as_ref().unwrap();
+        assert_eq!(
+            spec.vsphere_volume.as_ref().unwrap().volume_path,
+            "[ds] a.vmdk"
+        );
+        assert!(
+            page.items[1]
+                .spec
+                .as_ref()
+                .unwrap()
+                .vsphere_volume
+                .is_none()
+        );
+
+        let page: Page<Driver> = serde_json::from_value(serde_json::json!({
+            "metadata": {},
+            "items": [{"metadata": {"name": "id-1"},
+                       "spec": {"volumepath": "[ds] a.vmdk", "volumeid": "id-1",
+                                "protectvolumefromvmdelete": true}}]
+        }))
+        .unwrap();
+        assert_eq!(page.metadata.continue_, None);
+        let spec = page.items[0].spec.as_ref().unwrap();
+        assert_eq!(
+            (spec.volumepath.as_str(), spec.volumeid.as_str()),
+            ("[ds] a.vmdk", "id-1")
+        );
+    }
+
+    #[test]
+    fn collection_paths() {
+        assert_eq!(
+            PersistentVolume::url_path(&(), None),
+            "/api/v1/persistentvolumes"
+        );
+        assert_eq!(
+            VolumeMigration::url_path(&(), None),
+            "/apis/volmig.io/v1alpha1/volumemigrations"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! `volmig report`: the read-only readiness report for a migration (DESIGN.md §3, §8).
+//!
+//! Every in-tree vSphere PV gets a row with its raw and canonical path, the phase and
+//! volume ID of its VolumeMigration, whether the vSphere CSI driver's cache object
+//! (`CnsVSphereVolumeMigration`) maps its raw path to that ID, and a reason when it is not
+//! ready. Ready means Registered, and published when the driver cache is required
+//! (`--require-driver-cache`: `auto` = when its CRD is served).
+//!
+//! - [`fetch`]: three paged lists, concurrently; no per-PV request, no write.
+//! - [`model`]: the join (hash maps, O(n)) and the verdict; pure.
+//! - [`render`]: table, JSON, CSV; pure.
+
+pub mod fetch;
+pub mod model;
+pub mod render;
+
+pub use crate::cli::ReportArgs;
+pub use fetch::FetchError;
+pub use model::{DriverCacheRequirement, Report, Row, build};
+pub use render::{Format, RowFilter, render, verdict};
+
+/// Exit code: every in-tree PV is ready.
+pub const EXIT_READY: u8 = 0;
+/// Exit code: at least one in-tree PV is not ready.
+pub const EXIT_NOT_READY: u8 = 1;
+/// Exit code: wrong arguments, or the API server could not be read.
+pub const EXIT_ERROR: u8 = 2;
+
+/// What `volmig report` prints and how it exits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The report in the requested format (stdout).
+    pub stdout: String,
+    /// The one-line verdict for stderr with JSON and CSV (the table ends with it).
+    pub stderr: Option<String>,
+    /// Whether every in-tree PV is ready.
+    pub ready: bool,
+}
+
+impl Rendered {
+    /// [`EXIT_READY`] or [`EXIT_NOT_READY`].
+    pub fn exit_code(&self) -> u8 {
+        if self.ready {
+            EXIT_READY
+        } else {
+            EXIT_NOT_READY
+        }
+    }
+}
+
+/// `volmig report`: reads the cluster and renders the report as `args` asks.
+pub async fn run(client: kube::Client, args: &ReportArgs) -> Result<Rendered, FetchError> {
+    let inputs = fetch::read_inputs(client, args.require_driver_cache).await?;
+    let report = build(&inputs, args.require_driver_cache);
+    let filter = if args.not_ready {
+        RowFilter::NotReady
+    } else {
+        RowFilter::All
+    };
+    Ok(Rendered {
+        stdout: render(&report, args.output, filter),
+        stderr: (args.output != Format::Table).then(|| verdict(&report)),
+        ready: report.ready,
+    })
+}

@@ -1,0 +1,448 @@
+//! The readiness report as data: joins PVs, VolumeMigrations and the vSphere CSI driver's
+//! `CnsVSphereVolumeMigration` objects in hash maps (O(n), no per-PV lookups) and decides,
+//! per in-tree PV, whether it is ready for CSI migration (DESIGN.md §3 and §8).
+//!
+//! Pure: no I/O. [`super::fetch`] reads the inputs, [`super::render`] prints the result.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::api::{Phase, VolumeMigration};
+use crate::volume_path::VolumePath;
+
+/// Reasons the report derives itself (besides `status.lastError.reason`, copied as is).
+pub mod reason {
+    /// The PV's `spec.vsphereVolume.volumePath` does not parse.
+    pub const INVALID_VOLUME_PATH: &str = "InvalidVolumePath";
+    /// No VolumeMigration exists for the PV's canonical path.
+    pub const NO_VOLUME_MIGRATION: &str = "NoVolumeMigration";
+    /// The VolumeMigration with the path's name tracks another path.
+    pub const NAME_COLLISION: &str = "NameCollision";
+    /// Registered, but the driver's cache object for the PV's raw path is missing.
+    pub const NOT_PUBLISHED: &str = "NotPublished";
+    /// Other CNS volumes exist for the same disk (`status.duplicateVolumeIDs`).
+    pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
+    /// Not Registered and no error recorded: volmig is still working on it.
+    pub const NOT_REGISTERED_YET: &str = "NotRegisteredYet";
+}
+
+/// `--require-driver-cache`: must every Registered path also be published to the driver?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DriverCacheRequirement {
+    /// Required when the `CnsVSphereVolumeMigration` CRD is served.
+    #[default]
+    Auto,
+    /// Always required (a cluster without the CRD is then not ready).
+    On,
+    /// Never required, and the driver objects are not read.
+    Off,
+}
+
+/// A `CnsVSphereVolumeMigration` of the vSphere CSI driver, as far as the report needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverObject {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.volumepath`: the raw path exactly as a PV spells it.
+    pub volume_path: String,
+    /// `spec.volumeid`.
+    pub volume_id: String,
+}
+
+/// What was found of the driver's cache objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverCache {
+    /// Not read (`--require-driver-cache=off`).
+    NotChecked,
+    /// The CRD `cnsvspherevolumemigrations.cns.vmware.com` is not served.
+    NotServed,
+    /// The CRD is served; these objects exist.
+    Served(Vec<DriverObject>),
+}
+
+/// An in-tree vSphere PV (one with `spec.vsphereVolume`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InTreePv {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.vsphereVolume.volumePath`, as written.
+    pub volume_path: String,
+}
+
+/// Everything the report is computed from.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The in-tree vSphere PVs.
+    pub pvs: Vec<InTreePv>,
+    /// How many other PVs (not in-tree vSphere) were seen and ignored.
+    pub other_pvs: usize,
+    /// Every VolumeMigration.
+    pub migrations: Vec<VolumeMigration>,
+    /// The driver's cache objects.
+    pub driver: DriverCache,
+}
+
+/// One in-tree PV and its readiness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// PV name.
+    pub pv: String,
+    /// The raw `spec.vsphereVolume.volumePath`.
+    pub volume_path: String,
+    /// The canonical path; `None` when the raw path does not parse.
+    pub canonical_path: Option<String>,
+    /// Why the raw path does not parse.
+    pub path_error: Option<String>,
+    /// Name of the VolumeMigration of the canonical path (whether it exists or not).
+    pub volume_migration: Option<String>,
+    /// The VolumeMigration's phase.
+    pub phase: Option<Phase>,
+    /// The published CNS volume ID.
+    #[serde(rename = "volumeID")]
+    pub volume_id: Option<String>,
+    /// Whether a driver object maps this raw path to this volume ID (`None`: not known,
+    /// because the driver cache was not read or its CRD is not served).
+    pub driver_object: Option<bool>,
+    /// `status.lastError.reason`, or a derived reason (see [`reason`]).
+    pub reason: Option<String>,
+    /// Detail for a human.
+    pub message: String,
+    /// Registered (and published, when required).
+    pub ready: bool,
+}
+
+/// Counts of PVs seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvCounts {
+    /// Every PV.
+    pub total: usize,
+    /// In-tree vSphere PVs (one row each).
+    pub in_tree: usize,
+    /// Other PVs, ignored.
+    pub ignored: usize,
+}
+
+/// What the report knows about the driver's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriverCacheSummary {
+    /// Whether the CRD is served (`None`: not checked).
+    pub served: Option<bool>,
+    /// Whether publication is required for readiness.
+    pub required: bool,
+    /// How many driver objects exist.
+    pub objects: usize,
+}
+
+/// Totals over all rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    /// Rows by phase; rows without a phase count under [`NO_PHASE`].
+    pub by_phase: BTreeMap<String, usize>,
+    /// Rows by reason; rows without a reason are not counted.
+    pub by_reason: BTreeMap<String, usize>,
+}
+
+/// The phase label of rows with no VolumeMigration (or an invalid path).
+pub const NO_PHASE: &str = "<none>";
+
+/// What to do about one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Advice {
+    /// The reason.
+    pub reason: String,
+    /// Rows with this reason.
+    pub count: usize,
+    /// Of those, rows that are not ready.
+    pub blocking: usize,
+    /// What to do.
+    pub action: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Every in-tree PV is Registered (and published when required).
+    pub ready: bool,
+    /// PVs seen.
+    pub persistent_volumes: PvCounts,
+    /// VolumeMigrations seen.
+    pub volume_migrations: usize,
+    /// Driver cache.
+    pub driver_cache: DriverCacheSummary,
+    /// Rows that are not ready.
+    pub not_ready: usize,
+    /// Totals by phase and by reason.
+    pub totals: Totals,
+    /// One entry per reason present, in reason order.
+    pub advice: Vec<Advice>,
+    /// One row per in-tree PV, sorted by PV name.
+    pub rows: Vec<Row>,
+}
+
+/// What to do about `reason`: one line for a human.
+pub fn action(reason: &str) -> &'static str {
+    match reason {
+        "DiskNotFound" => {
+            "the vmdk is missing from the datastore: restore it (volmig retries at the next \
+             full sync) or delete the PV"
+        }
+        reason::INVALID_VOLUME_PATH | "InvalidPath" => {
+            "the PV's spec.vsphereVolume.volumePath is not a valid in-tree path \
+             (\"[datastore] folder/file.vmdk\"): fix the PV spec (recreate the PV; the path is \
+             immutable)"
+        }
+        "InvalidLogin" | "NotAuthenticated" => {
+            "vCenter rejected volmig's credentials: fix the vCenter credentials (the Secret \
+             behind --vc-credentials-file or --csi-config); volmig retries with backoff"
+        }
+        "BackendRejected" => {
+            "vCenter refused the registration for good: give volmig's vCenter user the CNS \
+             privileges of the CSI driver's user and check the cluster ID; retried at the next \
+             full sync"
+        }
+        "BackendUnavailable" => {
+            "vCenter was unreachable or failed transiently: check the network, URL and TLS \
+             settings; volmig retries with backoff (status.nextRetryTime)"
+        }
+        reason::DUPLICATE_VOLUMES => {
+            "vCenter holds more than one CNS volume for the disk; the one in status.volumeID is \
+             the mapping: see DuplicateVolumes under \"Troubleshooting\" in docs/operations.md \
+             before touching any of them (never unregister one by hand)"
+        }
+        reason::NOT_PUBLISHED => {
+            "the vSphere CSI driver's cache object (CnsVSphereVolumeMigration) is missing: \
+             volmig publishes it once the path is Registered; check that volmig runs with \
+             --publish-driver-cache auto or on and may write cnsvspherevolumemigrations"
+        }
+        reason::NO_VOLUME_MIGRATION => {
+            "volmig has not picked up the PV: check that `volmig run` is running and has a \
+             leader (metric volmig_leader, its Lease) and read its log"
+        }
+        reason::NAME_COLLISION => {
+            "the VolumeMigration named after this path tracks another path, so its ID is not \
+             used: see \"Troubleshooting\" in docs/operations.md and report it"
+        }
+        reason::NOT_REGISTERED_YET => {
+            "registration is in progress: wait for volmig (status.nextRetryTime); if it stays, \
+             read volmig's log"
+        }
+        _ => "see the message and `kubectl describe volumemigration <name>`",
+    }
+}
+
+/// The Phase a VolumeMigration is in, as a label.
+pub fn phase_label(phase: Option<Phase>) -> &'static str {
+    phase.map_or(NO_PHASE, Phase::as_str)
+}
+
+/// Builds the report. `requirement` says whether publication to the driver counts.
+pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
+    let served = match &inputs.driver {
+        DriverCache::NotChecked => None,
+        DriverCache::NotServed => Some(false),
+        DriverCache::Served(_) => Some(true),
+    };
+    let required = match requirement {
+        DriverCacheRequirement::On => true,
+        DriverCacheRequirement::Off => false,
+        DriverCacheRequirement::Auto => served == Some(true),
+    };
+    let objects: &[DriverObject] = match &inputs.driver {
+        DriverCache::Served(objects) => objects,
+        DriverCache::NotChecked | DriverCache::NotServed => &[],
+    };
+    // raw path -> driver objects for it (usually one)
+    let mut driver_by_path: HashMap<&str, Vec<&DriverObject>> =
+        HashMap::with_capacity(objects.len());
+    for object in objects {
+        driver_by_path
+            .entry(object.volume_path.as_str())
+            .or_default()
+            .push(object);
+    }
+    let migrations: HashMap<&str, &VolumeMigration> = inputs
+        .migrations
+        .iter()
+        .filter_map(|vm| vm.metadata.name.as_deref().map(|name| (name, vm)))
+        .collect();
+    let context = Context {
+        served,
+        required,
+        driver_by_path,
+        migrations,
+    };
+
+    let mut rows: Vec<Row> = inputs.pvs.iter().map(|pv| context.row(pv)).collect();
+    rows.sort_by(|a, b| a.pv.cmp(&b.pv));
+
+    let mut totals = Totals::default();
+    let mut advice: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for row in &rows {
+        *totals
+            .by_phase
+            .entry(phase_label(row.phase).to_owned())
+            .or_default() += 1;
+        if let Some(reason) = &row.reason {
+            *totals.by_reason.entry(reason.clone()).or_default() += 1;
+            let entry = advice.entry(reason.clone()).or_default();
+            entry.0 += 1;
+            if !row.ready {
+                entry.1 += 1;
+            }
+        }
+    }
+    let not_ready = rows.iter().filter(|r| !r.ready).count();
+    Report {
+        ready: not_ready == 0,
+        persistent_volumes: PvCounts {
+            total: inputs.pvs.len() + inputs.other_pvs,
+            in_tree: inputs.pvs.len(),
+            ignored: inputs.other_pvs,
+        },
+        volume_migrations: inputs.migrations.len(),
+        driver_cache: DriverCacheSummary {
+            served,
+            required,
+            objects: objects.len(),
+        },
+        not_ready,
+        totals,
+        advice: advice
+            .into_iter()
+            .map(|(reason, (count, blocking))| Advice {
+                action: action(&reason).to_owned(),
+                reason,
+                count,
+                blocking,
+            })
+            .collect(),
+        rows,
+    }
+}
+
+struct Context<'a> {
+    served: Option<bool>,
+    required: bool,
+    driver_by_path: HashMap<&'a str, Vec<&'a DriverObject>>,
+    migrations: HashMap<&'a str, &'a VolumeMigration>,
+}
+
+impl Context<'_> {
+    fn row(&self, pv: &InTreePv) -> Row {
+        let mut row = Row {
+            pv: pv.name.clone(),
+            volume_path: pv.volume_path.clone(),
+            canonical_path: None,
+            path_error: None,
+            volume_migration: None,
+            phase: None,
+            volume_id: None,
+            driver_object: None,
+            reason: None,
+            message: String::new(),
+            ready: false,
+        };
+        let path = match VolumePath::parse(&pv.volume_path) {
+            Ok(path) => path,
+            Err(e) => {
+                row.path_error = Some(e.to_string());
+                row.reason = Some(reason::INVALID_VOLUME_PATH.into());
+                row.message = e.to_string();
+                return row;
+            }
+        };
+        let name = path.object_name();
+        row.canonical_path = Some(path.canonical());
+        row.volume_migration = Some(name.clone());
+        let Some(vm) = self.migrations.get(name.as_str()) else {
+            row.reason = Some(reason::NO_VOLUME_MIGRATION.into());
+            row.message = format!("no VolumeMigration {name}");
+            return row;
+        };
+        if VolumePath::parse(&vm.spec.volume_path).as_ref() != Ok(&path) {
+            row.reason = Some(reason::NAME_COLLISION.into());
+            row.message = format!(
+                "VolumeMigration {name} tracks {:?}, not this path",
+                vm.spec.volume_path
+            );
+            return row;
+        }
+
+        let status = vm.status.clone().unwrap_or_default();
+        row.phase = status.phase;
+        row.volume_id = status.volume_id.clone();
+        let deleting = vm.metadata.deletion_timestamp.is_some();
+        let registered =
+            status.phase == Some(Phase::Registered) && status.volume_id.is_some() && !deleting;
+
+        let published = match (self.served, &status.volume_id) {
+            (Some(true), Some(id)) => Some(self.published(&pv.volume_path, id)),
+            (Some(true), None) => Some(false),
+            _ => None,
+        };
+        row.driver_object = published;
+        row.ready = registered && (!self.required || published == Some(true));
+
+        let duplicates = status.duplicate_volume_ids.unwrap_or_default();
+        if let Some(error) = status.last_error {
+            row.reason = Some(error.reason);
+            row.message = error.message;
+        } else if !registered {
+            row.reason = Some(reason::NOT_REGISTERED_YET.into());
+            row.message = if deleting {
+                format!("VolumeMigration {name} is being deleted")
+            } else if status.phase == Some(Phase::Registered) {
+                "phase Registered but no volume ID".to_owned()
+            } else {
+                format!("phase {}", phase_label(status.phase))
+            };
+        } else if self.required && published != Some(true) {
+            row.reason = Some(reason::NOT_PUBLISHED.into());
+            row.message = self.not_published_message(&pv.volume_path, &status.volume_id);
+        } else if !duplicates.is_empty() {
+            row.reason = Some(reason::DUPLICATE_VOLUMES.into());
+            row.message = format!("other CNS volumes for this disk: {}", duplicates.join(", "));
+        }
+        row
+    }
+
+    fn published(&self, raw: &str, id: &str) -> bool {
+        self.driver_by_path
+            .get(raw)
+            .is_some_and(|objects| objects.iter().any(|o| o.volume_id == id))
+    }
+
+    fn not_published_message(&self, raw: &str, id: &Option<String>) -> String {
+        let id = id.as_deref().unwrap_or_default();
+        if self.served != Some(true) {
+            return "the CnsVSphereVolumeMigration CRD is not served, so nothing is published"
+                .to_owned();
+        }
+        match self.driver_by_path.get(raw) {
+            Some(others) => {
+                let held: Vec<String> = others
+                    .iter()
+                    .map(|o| format!("{} holds {}", o.name, o.volume_id))
+                    .collect();
+                format!(
+                    "driver object for {raw:?} maps it to another volume ID ({}), not {id}",
+                    held.join(", ")
+                )
+            }
+            None => {
+                format!("no CnsVSphereVolumeMigration with volumepath {raw:?} and volumeid {id}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;
