@@ -306,46 +306,17 @@ impl clap::builder::TypedValueParser for VcUrlParser {
     }
 }
 
-/// Parses durations like `10m`, `30s`, `1h30m`, `250ms`.
+/// Parses durations like `10m`, `30s`, `1h30m`, `250ms` (jiff's friendly format; ISO 8601
+/// such as `PT10M` works too). Must be positive.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    if text.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("{text:?}: expected a number, e.g. 10m or 30s"));
-        }
-        let value: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value.saturating_mul(60)),
-            "h" => Duration::from_secs(value.saturating_mul(3600)),
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
-                ));
-            }
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit_len..];
-    }
-    if total.is_zero() {
+    let parsed: jiff::SignedDuration = text
+        .parse()
+        .map_err(|e| format!("{text:?}: not a duration like 10m, 30s or 250ms ({e})"))?;
+    if parsed.is_negative() || parsed.is_zero() {
         return Err(format!("{text:?}: must be greater than zero"));
     }
-    Ok(total)
+    Duration::try_from(parsed).map_err(|e| format!("{text:?}: {e}"))
 }
 
 #[cfg(test)]
@@ -358,7 +329,12 @@ mod tests {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["", "10", "m", "10x", "0s", "-5s", "1.5m"] {
+        assert_eq!(
+            parse_duration("PT10M"),
+            Ok(Duration::from_secs(600)),
+            "ISO 8601"
+        );
+        for bad in ["", "10", "m", "10x", "0s", "-5s", "5 parsecs"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
     }

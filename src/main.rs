@@ -12,7 +12,7 @@ const EXIT_NOT_REGISTERED: u8 = 3;
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("VOLMIG_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,kube_runtime=warn,kube_client=warn"));
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

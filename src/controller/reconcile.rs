@@ -113,6 +113,7 @@ async fn finalize(
     recreate: Option<VolumePath>,
 ) -> Result<()> {
     let name = vm.metadata.name.clone().unwrap_or_default();
+    let unregistered = unregister.is_some();
     if let Some(path) = unregister {
         ctx.registrar
             .unregister(&path)
@@ -138,7 +139,16 @@ async fn finalize(
             )
             .await;
     }
-    set_finalizer(ctx, vm, false).await?;
+    if unregistered {
+        // Unregistering wrote the status: the finalizer patch needs the new version.
+        match ctx.migrations.get_opt(&name).await {
+            Ok(Some(fresh)) => set_finalizer(ctx, &fresh, false).await?,
+            Ok(None) => {}
+            Err(source) => return Err(Error::RemoveFinalizer { name, source }),
+        }
+    } else {
+        set_finalizer(ctx, vm, false).await?;
+    }
     if let Some(path) = recreate {
         // Deleted by hand while PVs still use it: bring it back; the registrar adopts the
         // same CNS volume.

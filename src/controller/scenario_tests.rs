@@ -734,7 +734,10 @@ async fn scenario_deleting_a_registered_object_without_pvs_unregisters_and_relea
         format!("CNS registration of {a} removed; the vmdk is kept")
     );
     // The finalizer goes, conditional on a version; the API server holds version 3 now
-    // (each status write made a new one).
+    // (each status write made a new one), so the object is read again first.
+    let call = f.api.next().await;
+    call.expect(Method::GET, &object_url(&name), "");
+    stored.get(call);
     let call = f.api.next().await;
     call.expect(Method::PATCH, &object_url(&name), FIELD_MANAGER_QUERY);
     assert_eq!(call.body["metadata"]["finalizers"], json!([]));

@@ -61,8 +61,8 @@ fn changes_create_update_and_delete_only_this_ids_objects() {
     assert_eq!(
         changes,
         vec![
-            DriverChange::Create(alias, spec("[ds]  a.vmdk", true)),
             DriverChange::Update(id().0, spec("[ds] a.vmdk", true)),
+            DriverChange::Create(alias, spec("[ds]  a.vmdk", true)),
             DriverChange::Delete(stale_alias),
         ]
     );

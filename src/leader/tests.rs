@@ -155,10 +155,13 @@ async fn a_leader_without_observed_renewals_stops_at_its_own_deadline() {
     // driver's timer, which sends false although the lease manager still says "holder".
     h.flag_becomes(false).await;
     assert!(!h.shared.is_leader());
-    assert_eq!(
-        since.elapsed(),
-        D - MARGIN,
-        "leadership ends a margin before the lease"
+    // The renewal time is read from the wall clock, which keeps moving under the paused
+    // monotonic clock: allow the milliseconds a loaded machine takes between the two.
+    let elapsed = since.elapsed();
+    assert!(
+        elapsed <= D - MARGIN && (D - MARGIN) - elapsed < Duration::from_secs(1),
+        "leadership ends a margin before the lease: {elapsed:?} vs {:?}",
+        D - MARGIN
     );
 }
 

@@ -46,7 +46,7 @@ impl InMemoryStatusStore {
 
     /// The stored state of `path`.
     pub fn get(&self, path: &VolumePath) -> Option<StoredState> {
-        self.state().states.get(&path).cloned()
+        self.state().states.get(path).cloned()
     }
 
     /// Every update saved so far, in order.

@@ -198,10 +198,8 @@ pub enum RegisterError {
     OutcomeUnknown {
         /// The vmdk concerned.
         path: VolumePath,
-        /// When the grace of the create in flight is over.
+        /// When to look again.
         retry_after: Duration,
-        /// The error the create ended with, if it was this process's create.
-        source: Option<BackendError>,
     },
     /// Reading or writing the status failed.
     #[error("recording the registration of {path}")]

@@ -232,7 +232,6 @@ impl Registrar {
             return Err(RegisterError::OutcomeUnknown {
                 path: path.clone(),
                 retry_after: self.config.retry.delay(*creates),
-                source: None,
             });
         }
 

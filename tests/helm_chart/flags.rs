@@ -109,10 +109,7 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "csi-config",
             vec!["--set", "vcenter.csiConfig.enabled=true"],
             "--csi-config=/etc/volmig/csi-config/csi-vsphere.conf",
-            |a| {
-                a.csi_config.as_deref()
-                    == Some("/etc/volmig/csi-config/csi-vsphere.conf".as_ref())
-            },
+            |a| a.csi_config.as_deref() == Some("/etc/volmig/csi-config/csi-vsphere.conf".as_ref()),
         ),
         (
             "cluster-id",

@@ -243,7 +243,10 @@ impl FullSync {
     }
 
     /// IDs the CSI driver's cache holds for the paths in use.
-    fn driver_ids(&self, pvs: &HashMap<VolumePath, Vec<String>>) -> HashMap<VolumePath, Vec<String>> {
+    fn driver_ids(
+        &self,
+        pvs: &HashMap<VolumePath, Vec<String>>,
+    ) -> HashMap<VolumePath, Vec<String>> {
         let Some(driver) = &self.ctx.driver else {
             return HashMap::new();
         };

@@ -331,7 +331,12 @@ fn an_object_under_another_paths_name_is_never_acted_on() {
 fn unprotected_registered_volumes_are_protected() {
     let mut m = migration(1, Some(Phase::Registered), Some("v1"), &["pv-1"]);
     m.protected = false;
-    let out = run(&pvs(&[(1, &["pv-1"])]), &[m], &[volume("v1", 1, 1)], &HashSet::new());
+    let out = run(
+        &pvs(&[(1, &["pv-1"])]),
+        &[m],
+        &[volume("v1", 1, 1)],
+        &HashSet::new(),
+    );
     assert_eq!(
         out.repairs,
         [Repair::Protect {
@@ -351,7 +356,12 @@ fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
         backing_path: None,
         created: Some(jiff::Timestamp::from_second(2).unwrap()),
     };
-    let migrations = [migration(1, Some(Phase::Registered), Some("mine"), &["pv-1"])];
+    let migrations = [migration(
+        1,
+        Some(Phase::Registered),
+        Some("mine"),
+        &["pv-1"],
+    )];
     let volumes = [volume("mine", 1, 1), drivers_volume];
     let out = plan(&PassInputs {
         pvs: &pvs(&[(1, &["pv-1"])]),

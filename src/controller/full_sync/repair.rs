@@ -127,13 +127,12 @@ impl FullSync {
                 ctx.metrics.full_sync_action(SyncAction::Duplicate, 1);
                 self.adopt_driver_id(path, driver_id, replaced).await
             }
-            Repair::Protect { path, volume_id } => {
-                ctx.registrar
-                    .protect(path, &VolumeId::from(volume_id.as_str()))
-                    .await
-                    .map(drop)
-                    .map_err(RepairError::Register)
-            }
+            Repair::Protect { path, volume_id } => ctx
+                .registrar
+                .protect(path, &VolumeId::from(volume_id.as_str()))
+                .await
+                .map(drop)
+                .map_err(RepairError::Register),
             Repair::DeleteMigration { name, path } => {
                 ctx.metrics.full_sync_action(SyncAction::DeleteMigration, 1);
                 info!(%path, %name, "no PV for two passes; deleting the VolumeMigration");
@@ -201,7 +200,12 @@ impl FullSync {
             warn!(%path, driver_id, replaced, "the CSI driver's ID wins");
             self.ctx
                 .events
-                .on_migration(&vm, EventType::Warning, event_reason::DUPLICATE_VOLUMES, note)
+                .on_migration(
+                    &vm,
+                    EventType::Warning,
+                    event_reason::DUPLICATE_VOLUMES,
+                    note,
+                )
                 .await;
         }
         Ok(())
