@@ -136,7 +136,10 @@ fn off_by_default() {
     assert!(volume(&rendered, "csi-config").is_none());
     assert!(mount(&rendered, "csi-config").is_none());
     let args = rendered.args();
-    assert!(!args.iter().any(|a| a.starts_with("--csi-config")), "{args:?}");
+    assert!(
+        !args.iter().any(|a| a.starts_with("--csi-config")),
+        "{args:?}"
+    );
     assert!(volume(&rendered, "vcenter-credentials").is_some());
     assert_eq!(run_args(&args).csi_config, None);
 }
