@@ -15,6 +15,8 @@ mod flags;
 mod helm;
 #[path = "helm_chart/image.rs"]
 mod image;
+#[path = "helm_chart/monitoring.rs"]
+mod monitoring;
 #[path = "helm_chart/rbac.rs"]
 mod rbac;
 #[path = "helm_chart/values.rs"]
@@ -123,12 +125,15 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "ClusterRoleBinding/volmig",
             "Deployment/volmig",
             "PodDisruptionBudget/volmig",
+            "Role/volmig-events",
             "Role/volmig-leader-election",
+            "RoleBinding/volmig-events",
             "RoleBinding/volmig-leader-election",
             "Service/volmig-metrics",
             "ServiceAccount/volmig",
         ],
-        "default values render these objects (no Secret: no credentials were given)"
+        "default values render these objects (no Secret: no credentials were given; \
+         no PrometheusRule, dashboard or NetworkPolicy: they are opt-in)"
     );
     let deployment = rendered.deployment();
     assert_eq!(deployment["spec"]["replicas"], 2);
@@ -205,6 +210,9 @@ fn all_features_render_and_parse() {
         "Secret/volmig-vcenter-credentials",
         "ServiceAccount/volmig-controller",
         "ServiceMonitor/volmig",
+        "PrometheusRule/volmig",
+        "ConfigMap/volmig-dashboard",
+        "NetworkPolicy/volmig",
     ] {
         assert!(
             rendered.kind_names().iter().any(|k| k == expected),

@@ -2,6 +2,16 @@
 //! mounted as it is and passed with `--csi-config`, rendered by the real helm binary and
 //! read by the real `volmig` command line and configuration code.
 
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
+#[allow(
+    dead_code,
+    reason = "each test crate uses a different part of the helpers"
+)]
 #[path = "support/helm.rs"]
 mod helm;
 

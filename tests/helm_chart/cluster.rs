@@ -24,8 +24,17 @@ fn kind_and_name(object: &Value) -> (String, String) {
 async fn rendered_chart_passes_kubectl_server_side_dry_run() {
     let cluster = Cluster::start().await;
     cluster.kubectl_ok(&["create", "namespace", NAMESPACE], None);
+    // The dashboard ConfigMap of the all-features values goes to Grafana's namespace.
+    cluster.kubectl_ok(&["create", "namespace", "monitoring"], None);
     // The ServiceMonitor kind of the optional feature comes from the Prometheus Operator.
     cluster.kubectl_ok(&["apply", "-f", "-"], Some(SERVICE_MONITOR_CRD));
+    // So is the PrometheusRule kind of the optional alerts.
+    cluster.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&helm::read_repo_file(
+            "tests/fixtures/prometheusrule-crd.yaml",
+        )),
+    );
 
     let all = all_features_values();
     let all = all.to_str().expect("utf-8 path");
@@ -37,13 +46,21 @@ async fn rendered_chart_passes_kubectl_server_side_dry_run() {
         ),
     ] {
         let rendered = render(&extra);
+        // The API test server does not serve networking.k8s.io; the NetworkPolicy is
+        // checked against the Kubernetes types in monitoring.rs instead.
+        let objects: Vec<&Value> = rendered
+            .objects
+            .iter()
+            .filter(|o| o["kind"] != "NetworkPolicy")
+            .collect();
+        let text: Vec<String> = objects.iter().map(|o| o.to_string()).collect();
         let before = cluster.server.stats();
         let out = cluster.kubectl_ok(
             &["apply", "--dry-run=server", "-f", "-"],
-            Some(&rendered.text),
+            Some(&text.join("\n---\n")),
         );
         let after = cluster.server.stats();
-        for object in &rendered.objects {
+        for object in &objects {
             let (kind, name) = kind_and_name(object);
             let kind = kind.to_lowercase();
             assert!(
@@ -59,7 +76,7 @@ async fn rendered_chart_passes_kubectl_server_side_dry_run() {
             out.lines()
                 .filter(|l| l.ends_with("(server dry run)"))
                 .count(),
-            rendered.objects.len(),
+            objects.len(),
             "{what}: one dry-run line per rendered object:\n{out}"
         );
         assert_eq!(
@@ -67,7 +84,7 @@ async fn rendered_chart_passes_kubectl_server_side_dry_run() {
             "{what}: a server-side dry run stored something"
         );
         assert!(
-            after.dry_run_writes >= before.dry_run_writes + rendered.objects.len() as u64,
+            after.dry_run_writes >= before.dry_run_writes + objects.len() as u64,
             "{what}: the server saw fewer dry-run writes than objects"
         );
     }
@@ -188,12 +205,29 @@ async fn helm_install_then_uninstall_against_the_api_server() {
             "release lacks a {expected}"
         );
     }
-    for (kind, name) in &names {
+    // Objects keep their own namespace (the events Role lives in `default`).
+    let namespaces: Vec<String> = installed
+        .iter()
+        .map(|o| {
+            o["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(NAMESPACE)
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        names
+            .iter()
+            .zip(&namespaces)
+            .any(|((k, n), ns)| k == "Role" && n == "volmig-events" && ns == "default"),
+        "the events Role is not in namespace default: {names:?} {namespaces:?}"
+    );
+    for ((kind, name), ns) in names.iter().zip(&namespaces) {
         assert!(
             cluster
-                .get_json(&[&kind.to_lowercase(), name, "-n", NAMESPACE])
+                .get_json(&[&kind.to_lowercase(), name, "-n", ns])
                 .is_some(),
-            "{kind}/{name} of the release is not stored"
+            "{kind}/{name} of the release is not stored in {ns}"
         );
     }
     let list = run(cluster.helm().args(["list", "-n", NAMESPACE, "-o", "json"]));
@@ -208,10 +242,10 @@ async fn helm_install_then_uninstall_against_the_api_server() {
         "helm uninstall: {}",
         describe(&uninstall)
     );
-    for (kind, name) in &names {
+    for ((kind, name), ns) in names.iter().zip(&namespaces) {
         assert!(
             cluster
-                .get_json(&[&kind.to_lowercase(), name, "-n", NAMESPACE])
+                .get_json(&[&kind.to_lowercase(), name, "-n", ns])
                 .is_none(),
             "{kind}/{name} survived helm uninstall"
         );

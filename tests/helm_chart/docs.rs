@@ -109,6 +109,9 @@ fn value_paths(value: &Value, prefix: &str, out: &mut Vec<String>) {
         "securityContext",
         "livenessProbe",
         "readinessProbe",
+        "grafanaDashboard.labels",
+        "networkPolicy.dns.namespaceSelector",
+        "networkPolicy.dns.podSelector",
     ];
     match value {
         Value::Object(map) if !map.is_empty() && !WHOLE.contains(&prefix) => {

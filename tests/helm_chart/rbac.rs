@@ -43,16 +43,48 @@ fn rbac_is_least_privilege_and_commented() {
             want(&["get", "patch", "update"]),
         ),
         ("volmig.io/volumemigrations/finalizers", want(&["update"])),
-        ("/events", want(&["create", "patch"])),
-        ("events.k8s.io/events", want(&["create", "patch"])),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     assert_eq!(
         granted, expected,
-        "the ClusterRole grants exactly what the daemon needs"
+        "the ClusterRole grants exactly what the daemon needs (Events are not cluster-wide)"
     );
+
+    // Events: kube-runtime's Recorder writes an Event in the namespace of the object it is
+    // about, and in `default` for cluster-scoped objects. volmig's Events are about
+    // VolumeMigrations and PersistentVolumes (src/events.rs), both cluster-scoped: a Role
+    // in `default` with create and patch (a repeated Event becomes a series), nothing else.
+    let crd = volmig::api::crd_yaml().expect("render the CRD");
+    assert!(
+        crd.contains("\n  scope: Cluster\n"),
+        "VolumeMigrations are cluster-scoped"
+    );
+    let events = rendered.get("Role", "volmig-events");
+    assert_eq!(events["metadata"]["namespace"], "default");
+    assert_no_wildcards_or_secrets(&events["rules"], "Role volmig-events");
+    let rules = events["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(strings(&rules[0]["apiGroups"]), ["events.k8s.io"]);
+    assert_eq!(strings(&rules[0]["resources"]), ["events"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["create", "patch"]);
+    let events_binding = rendered.get("RoleBinding", "volmig-events");
+    assert_eq!(events_binding["metadata"]["namespace"], "default");
+    assert_eq!(events_binding["roleRef"]["name"], "volmig-events");
+    assert_eq!(events_binding["subjects"][0]["name"], "volmig-controller");
+    assert_eq!(events_binding["subjects"][0]["namespace"], helm::NAMESPACE);
+    for object in rendered
+        .objects
+        .iter()
+        .filter(|o| o["kind"] != "Role" || o["metadata"]["name"] != "volmig-events")
+    {
+        assert!(
+            !object["rules"].to_string().contains("\"events\""),
+            "{} grants Events outside the events Role",
+            object["metadata"]["name"]
+        );
+    }
 
     // Leases: a namespaced Role in the Lease's namespace, nothing cluster-wide.
     let lease_role = rendered.get("Role", "volmig-leader-election");
@@ -108,6 +140,7 @@ fn rbac_is_least_privilege_and_commented() {
     for file in [
         "clusterrole.yaml",
         "role-leader-election.yaml",
+        "role-events.yaml",
         "clusterrole-reader.yaml",
     ] {
         let text = read_repo_file(&format!("charts/volmig/templates/{file}"));

@@ -112,3 +112,28 @@ app.kubernetes.io/part-of: volmig
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Whole seconds of a duration such as 10m, 1h30m or 250ms (the --full-sync-interval
+syntax), at least 1. */}}
+{{- define "volmig.durationSeconds" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 }}
+{{- $n := regexFind "^[0-9]+" . | atoi }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- if eq $unit "ms" }}{{ $total = add $total (div $n 1000) }}
+{{- else if eq $unit "s" }}{{ $total = add $total $n }}
+{{- else if eq $unit "m" }}{{ $total = add $total (mul $n 60) }}
+{{- else }}{{ $total = add $total (mul $n 3600) }}
+{{- end }}
+{{- end }}
+{{- max $total 1 }}
+{{- end }}
+
+{{/* PromQL label matchers (without braces) selecting volmig's scrape targets. */}}
+{{- define "volmig.metricsMatchers" -}}
+{{- if .Values.prometheusRule.selector }}
+{{- .Values.prometheusRule.selector }}
+{{- else }}
+{{- printf "job=%q,namespace=%q" (printf "%s-metrics" (include "volmig.fullname" .)) .Release.Namespace }}
+{{- end }}
+{{- end }}
