@@ -54,3 +54,4 @@ test-components:
 crd:
 	cargo run -q --bin volmig -- crd > crds/volumemigrations.yaml
 	cp crds/volumemigrations.yaml charts/volmig/crds/volumemigrations.yaml
+	cargo run -q --bin volmig -- crd --driver > charts/volmig/files/cnsvspherevolumemigrations.yaml

@@ -22,7 +22,7 @@ pub enum Command {
     /// Run the daemon: watch PVs, register their vmdks, publish the mapping.
     Run(Box<RunArgs>),
     /// Print the VolumeMigration CustomResourceDefinition as YAML.
-    Crd,
+    Crd(CrdArgs),
     /// Print the CNS volume ID of a registered volume path (never registers).
     /// Exits 3 when the path is not registered yet.
     Lookup(LookupArgs),
@@ -30,6 +30,15 @@ pub enum Command {
     /// driver object. Exits 0 only when all are Registered (and published when required),
     /// 1 when not, 2 on errors.
     Report(ReportArgs),
+}
+
+/// Flags of `volmig crd`.
+#[derive(Debug, Clone, Args)]
+pub struct CrdArgs {
+    /// Print the vSphere CSI driver's CnsVSphereVolumeMigration CRD instead (for clusters
+    /// where the driver has not installed it; the chart's driverCache.installCrd).
+    #[arg(long)]
+    pub driver: bool,
 }
 
 /// Where to find the Kubernetes API.

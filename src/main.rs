@@ -31,7 +31,11 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => match volmig::api::crd_yaml() {
+        Command::Crd(args) => match if args.driver {
+            volmig::k8s::driver_cache::crd_yaml()
+        } else {
+            volmig::api::crd_yaml()
+        } {
             Ok(yaml) => {
                 print!("{yaml}");
                 ExitCode::SUCCESS

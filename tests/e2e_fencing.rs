@@ -225,3 +225,101 @@ async fn name_collision_never_publishes_another_paths_id() {
         "lookup of P printed Q's ID: {stdout}"
     );
 }
+
+/// Issue 12 (b): the leader is SIGSTOPped between its write-ahead and its create (its
+/// write-ahead's reply is held, then the process stops), past its Lease; the other replica
+/// registers; then the old leader wakes up. Before the fix it created a second volume and
+/// overwrote the published ID. Every status the API server stored is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_never_creates_nor_overwrites() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let cluster = Cluster::start().await;
+    let server = cluster
+        .server
+        .as_ref()
+        .expect("needs the API test server (held replies)");
+    let flags = [
+        "--lease-duration",
+        "4s",
+        "--vc-request-timeout",
+        "2s",
+        "--vc-task-timeout",
+        "3s",
+    ];
+    let first = Daemon::spawn(&cluster, &sim, "first", &flags);
+    wait_for(
+        Duration::from_secs(60),
+        "the first replica leads",
+        || async { (first.metric("volmig_leader").await == Some(1.0)).then_some(()) },
+    )
+    .await;
+    let second = Daemon::spawn(&cluster, &sim, "second", &flags);
+    second.wait_ready().await;
+
+    // Every volumeID the API server ever stores for the object.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let recorder = {
+        let (seen, api) = (seen.clone(), cluster.migrations());
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(vm)) = events.next().await {
+                if let Some(id) = volume_id(&vm) {
+                    seen.lock().unwrap().insert(id);
+                }
+            }
+        })
+    };
+
+    // The write-ahead is committed, but its reply reaches the leader 15 s later.
+    server
+        .faults()
+        .hold_replies("\"Registering\"", Duration::from_secs(15), 1);
+    let paths = pvs(&cluster, &sim, 1).await;
+    wait_for(
+        Duration::from_secs(60),
+        "the write-ahead stored",
+        || async {
+            cluster
+                .list_migrations()
+                .await
+                .into_iter()
+                .find(|vm| phase(vm) == Some(Phase::Registering))
+        },
+    )
+    .await;
+    first.signal("STOP");
+    let ids = registered(&cluster, &paths, Duration::from_secs(90)).await;
+    assert_eq!(
+        sim.stats().await.calls("CnsCreateVolume"),
+        1,
+        "the new leader created once"
+    );
+    first.signal("CONT");
+    // The old leader now receives its write-ahead reply; give it time to (not) act.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    recorder.abort();
+
+    assert_eq!(
+        sim.stats().await.calls("CnsCreateVolume"),
+        1,
+        "the deposed leader made no create after waking up"
+    );
+    one_volume_each(&sim, &ids).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ids.values().cloned().collect::<Vec<_>>(),
+        "the published ID never changed"
+    );
+    let log = first.log_text();
+    assert!(
+        !log.contains("panicked"),
+        "the old leader's log: {}",
+        log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
+}

@@ -8,10 +8,6 @@
     reason = "test code: failures should panic"
 )]
 
-#[allow(
-    dead_code,
-    reason = "each test crate uses a different part of the helpers"
-)]
 #[path = "support/helm.rs"]
 mod helm;
 

@@ -20,7 +20,6 @@ mod e2e;
 // support/e2e.rs may load the same helpers as its own submodule; this copy is the one
 // this crate's tests use.
 #[allow(
-    dead_code,
     clippy::duplicate_mod,
     reason = "shared helpers; this crate uses a few"
 )]

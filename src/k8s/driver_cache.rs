@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use kube::CustomResource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -37,6 +37,11 @@ pub struct CnsVSphereVolumeMigrationSpec {
     /// True when the FCD is kept if the VM it is attached to is deleted.
     #[serde(default)]
     pub protectvolumefromvmdelete: bool,
+}
+
+/// The driver's CRD as YAML (`volmig crd --driver`; the chart's `driverCache.installCrd`).
+pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(&CnsVSphereVolumeMigration::crd())
 }
 
 /// The name of the object of `raw` spelling for `id`: the ID itself for the primary

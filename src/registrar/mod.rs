@@ -34,7 +34,9 @@ mod keyed_lock;
 mod memory_store;
 mod operations;
 mod pressure;
+mod protection;
 mod status_store;
+mod unregister;
 
 pub use crate::backend::selection::choose_adoptee;
 pub use crate::backoff::RetryPolicy;

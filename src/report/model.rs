@@ -444,5 +444,5 @@ impl Context<'_> {
 }
 
 #[cfg(test)]
-#[path = "model_tests.rs"]
+#[path = "model_tests/mod.rs"]
 mod tests;

@@ -136,6 +136,24 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.in_flight_grace == Some(Duration::from_secs(120)),
         ),
         (
+            "vc-request-timeout",
+            vec!["--set-string", "vcenter.requestTimeout=20s"],
+            "--vc-request-timeout=20s",
+            |a| a.vc_request_timeout == Duration::from_secs(20),
+        ),
+        (
+            "vc-task-timeout",
+            vec!["--set-string", "vcenter.taskTimeout=5m"],
+            "--vc-task-timeout=5m",
+            |a| a.vc_task_timeout == Duration::from_secs(300),
+        ),
+        (
+            "publish-driver-cache",
+            vec!["--set-string", "driverCache.publish=off"],
+            "--publish-driver-cache=off",
+            |a| a.publish_driver_cache == volmig::cli::PublishDriverCache::Off,
+        ),
+        (
             "vc-requests-per-second",
             vec!["--set", "vcenter.requestsPerSecond=12.5"],
             "--vc-requests-per-second=12.5",

@@ -38,6 +38,14 @@ pub struct FaultConfig {
     pub seed: Option<u64>,
     /// Plural resource names the failures apply to; empty = all.
     pub resources: Vec<String>,
+    /// Writes whose request body contains this text are committed at once but answered
+    /// only after `hold_reply_ms` (a reply lost in a slow network; the writer learns of
+    /// its own write late). Applies to the next `hold_reply_count` such writes.
+    pub hold_reply_matching: Option<String>,
+    /// How long a matching write's reply is held, in milliseconds.
+    pub hold_reply_ms: u64,
+    /// How many matching writes are still held.
+    pub hold_reply_count: u32,
 }
 
 impl Default for FaultConfig {
@@ -49,6 +57,9 @@ impl Default for FaultConfig {
             retry_after_seconds: 1,
             seed: None,
             resources: Vec::new(),
+            hold_reply_matching: None,
+            hold_reply_ms: 0,
+            hold_reply_count: 0,
         }
     }
 }
@@ -80,6 +91,17 @@ impl FaultState {
         }
     }
 
+    /// How long to hold the reply of a committed write with request body `body`.
+    pub(crate) fn hold_reply(&mut self, body: &[u8]) -> Option<Duration> {
+        let c = &mut self.config;
+        let needle = c.hold_reply_matching.as_deref()?;
+        if c.hold_reply_count == 0 || !contains(body, needle.as_bytes()) {
+            return None;
+        }
+        c.hold_reply_count -= 1;
+        Some(Duration::from_millis(c.hold_reply_ms))
+    }
+
     /// Decides the fate of one request.
     pub(crate) fn decide(&mut self, write: bool, resource: &str) -> (Duration, Injected) {
         let latency = Duration::from_millis(self.config.latency_ms);
@@ -109,6 +131,10 @@ impl FaultState {
         };
         (latency, fate)
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// A cloneable handle to the server's faults.
@@ -178,6 +204,15 @@ impl Faults {
             .config
             .writes
             .fail_500_after_commit = fraction;
+    }
+
+    /// Commits the next `count` writes whose body contains `matching` at once, but holds
+    /// their replies for `hold`.
+    pub fn hold_replies(&self, matching: &str, hold: Duration, count: u32) {
+        let mut st = lock(&self.shared.faults);
+        st.config.hold_reply_matching = Some(matching.to_owned());
+        st.config.hold_reply_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
+        st.config.hold_reply_count = count;
     }
 
     /// Re-seeds the random generator.

@@ -138,22 +138,24 @@ async fn volumemigration_columns_yaml_round_trip_and_explain() {
                 "PHASE",
                 "PV",
                 "ATTEMPTS",
+                "REASON",
                 "AGE"
             ]
         );
         let row = columns(lines.next().expect("row"));
         assert_eq!(
-            &row[..6],
+            &row[..7],
             &[
                 "disk-1-abcdef12",
                 PATH1,
                 "vol-123",
                 "Registered",
                 "pv-a,pv-b",
-                "2"
+                "2",
+                "<none>"
             ]
         );
-        assert!(row[6].ends_with('s'), "age {:?}", row[6]);
+        assert!(row[7].ends_with('s'), "age {:?}", row[7]);
         println!("checked: kubectl get {resource} columns {row:?}");
     }
     // -o yaml round-trips: what kubectl prints is the stored object, and replacing with it

@@ -407,6 +407,13 @@ async fn resource_inner(
             }
         }
     };
+    let held = {
+        let mut f = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f.hold_reply(&raw)
+    };
+    if let Some(hold) = held {
+        tokio::time::sleep(hold).await;
+    }
     if fate == Injected::Fail500AfterCommit && !q.dry_run {
         shared.counters().injected();
         return Err(ApiError::internal(
