@@ -51,6 +51,8 @@ export KUBECONFIG=$work/kubeconfig
 
 kubectl create namespace kube-system >/dev/null 2>&1 || true
 kubectl apply -f "$root/crds/volumemigrations.yaml" >/dev/null
+# The vSphere CSI driver's cache CRD, as the driver installs it: volmig publishes into it.
+kubectl apply -f "$root/charts/volmig/files/cnsvspherevolumemigrations.yaml" >/dev/null
 echo "== applying in-tree PVs: pv-a and pv-b share one vmdk, pv-bad is malformed, pv-missing has no vmdk"
 pv() {
   cat <<YAML
@@ -99,6 +101,14 @@ done
 
 echo
 kubectl get volumemigrations
+echo
+for _ in $(seq 1 50); do
+  [ "$(kubectl get cnsvspherevolumemigrations -o name | wc -l)" -ge 3 ] && break
+  sleep 0.2
+done
+echo "== the vSphere CSI driver's cache (CnsVSphereVolumeMigration objects volmig published)"
+kubectl get cnsvspherevolumemigrations \
+  -o custom-columns=NAME:.metadata.name,VOLUMEPATH:.spec.volumepath,VOLUMEID:.spec.volumeid,PROTECTED:.spec.protectvolumefromvmdelete
 echo
 python3 - "$vc_admin" <<'PY'
 import json, ssl, sys, urllib.request

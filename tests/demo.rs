@@ -48,7 +48,31 @@ fn demo_prints_the_table_and_no_duplicates() {
         stdout.contains("InvalidVolumePath"),
         "malformed PV event missing:\n{stdout}"
     );
+    let driver_rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("NAME") || !l.contains("VOLUMEPATH"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        driver_rows.len(),
+        3,
+        "one driver cache object per raw spelling: disk-0001 (pv-a, and pv-b's other \
+         spelling) and disk-0002:\n{stdout}"
+    );
+    assert!(
+        driver_rows
+            .iter()
+            .any(|r| r.contains("kubevols//disk-0001.vmdk")),
+        "pv-b's own spelling is cached too:\n{stdout}"
+    );
+    for row in &driver_rows {
+        assert!(
+            row.contains("disk-000") && row.trim_end().ends_with("true"),
+            "a published, protected mapping: {row}"
+        );
+    }
     println!(
-        "make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0"
+        "make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0, 3 driver cache objects"
     );
 }

@@ -49,7 +49,12 @@ const PALETTE: [RGBColor; 4] = [
 ];
 
 /// Draws `throughput.png`: measured volumes/s against C for each L, with the ideal C ÷ L.
+/// Without throughput data (`--only` another scenario) there is no chart: an empty log
+/// axis would make plotters search for key points forever.
 pub fn throughput(r: &Results, path: &Path) -> anyhow::Result<()> {
+    if r.throughput.is_empty() {
+        return Ok(());
+    }
     draw_throughput(r, path, font().is_some())
 }
 

@@ -104,7 +104,7 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
              figure includes the servers' CPU contention.",
             std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
-        "Throughput and steady-state runs pass `--vc-requests-per-second 100000`: the default \
+        "Throughput and steady-state runs pass `--vc-requests-per-second 10000`: the default \
          limit (50 backend calls/s, each registration making 3 gated calls) would cap \
          registration at about 17 volumes/s, below the C ÷ L ideal for C ≥ 8."
             .to_string(),

@@ -68,7 +68,7 @@ pub fn render(r: &Results) -> String {
     let _ = writeln!(
         o,
         "Fresh simulator (`CnsCreateVolume` delayed by L), fresh API server and `volmig run \
-         --max-concurrent-registrations C --vc-requests-per-second 100000` per run; the clock \
+         --max-concurrent-registrations C --vc-requests-per-second 10000` per run; the clock \
          runs from the first PV create to the last registration. C = 1 is the serial \
          baseline (the anchor's one-at-a-time registration).\n"
     );

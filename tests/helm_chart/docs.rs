@@ -40,6 +40,9 @@ fn operations_doc_troubleshoots_every_status_and_event_reason() {
         status::PERMANENT,
         status::TRANSIENT,
         status::NOT_AUTHENTICATED,
+        status::INVALID_LOGIN,
+        status::CREATE_OUTCOME_UNKNOWN,
+        status::NAME_COLLISION,
     ];
     let event_reasons = [
         event::REGISTERED,
@@ -48,6 +51,7 @@ fn operations_doc_troubleshoots_every_status_and_event_reason() {
         event::UNREGISTERED,
         event::RE_REGISTERED,
         event::DUPLICATE_VOLUMES,
+        event::NAME_COLLISION,
     ];
     for reason in status_reasons.iter().chain(&event_reasons) {
         assert!(

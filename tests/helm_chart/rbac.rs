@@ -43,6 +43,10 @@ fn rbac_is_least_privilege_and_commented() {
             want(&["get", "patch", "update"]),
         ),
         ("volmig.io/volumemigrations/finalizers", want(&["update"])),
+        (
+            "cns.vmware.com/cnsvspherevolumemigrations",
+            want(&["get", "list", "watch", "create", "patch", "delete"]),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -186,7 +186,7 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
         VCenter::Sim(&sim),
         &[
             ("--max-concurrent-registrations", "32".into()),
-            ("--vc-requests-per-second", "100000".into()),
+            ("--vc-requests-per-second", "10000".into()),
             ("--full-sync-interval", "1h".into()),
         ],
     )?;
@@ -222,7 +222,7 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
         &cluster.kubeconfig,
         VCenter::Sim(&sim),
         &[
-            ("--vc-requests-per-second", "100000".into()),
+            ("--vc-requests-per-second", "10000".into()),
             ("--full-sync-interval", "2s".into()),
         ],
     )?;

@@ -155,7 +155,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         VCenter::Sim(&sim),
         &[
             ("--max-concurrent-registrations", c.to_string()),
-            ("--vc-requests-per-second", "100000".into()),
+            ("--vc-requests-per-second", "10000".into()),
             ("--full-sync-interval", "1h".into()),
         ],
     )?;

@@ -107,7 +107,7 @@ impl FullSync {
             }
             // A new term starts the two-pass deletion rule afresh: what an earlier term saw
             // missing may be long out of date (DESIGN.md §5).
-            self.forget_absent();
+            self.begin_term();
             loop {
                 if let Err(e) = self.run_pass().await {
                     warn!(error = %crate::error_chain(&e), "full sync pass failed; retrying at the next interval");
@@ -123,8 +123,9 @@ impl FullSync {
         }
     }
 
-    /// Forgets which paths were missing their PVs (a new leadership term).
-    pub fn forget_absent(&self) {
+    /// Starts a leadership term: forgets which paths earlier passes found without PVs, so
+    /// that the two-pass deletion rule counts passes of this term only.
+    pub fn begin_term(&self) {
         self.absent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

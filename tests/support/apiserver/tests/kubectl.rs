@@ -124,7 +124,7 @@ async fn volumemigration_columns_yaml_round_trip_and_explain() {
     env.kubectl_ok(&["create", "-f", &f]);
     env.kubectl_ok(&[
         "patch", "vmig", "disk-1-abcdef12", "--subresource=status", "--type=merge", "-p",
-        r#"{"status":{"phase":"Registered","volumeID":"vol-123","persistentVolumes":["pv-a","pv-b"],"attempts":2}}"#,
+        r#"{"status":{"phase":"Registered","volumeID":"vol-123","persistentVolumes":["pv-a","pv-b"],"attempts":2,"lastError":{"reason":"BackendUnavailable","message":"earlier attempt","time":"2026-01-01T00:00:00Z"}}}"#,
     ]);
     for resource in ["volumemigrations", "vmig"] {
         let out = env.kubectl_ok(&["get", resource]);
@@ -152,7 +152,7 @@ async fn volumemigration_columns_yaml_round_trip_and_explain() {
                 "Registered",
                 "pv-a,pv-b",
                 "2",
-                "<none>"
+                "BackendUnavailable"
             ]
         );
         assert!(row[7].ends_with('s'), "age {:?}", row[7]);

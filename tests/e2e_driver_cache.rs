@@ -1,0 +1,248 @@
+//! End-to-end tests beside the vSphere CSI driver (DESIGN.md §8; issue 13): volmig fills
+//! the driver's `CnsVSphereVolumeMigration` cache for every raw spelling, adopts what the
+//! driver registered, and protects the disks. A test-side *driver cache* reads the objects
+//! the way the driver does (raw `spec.volumepath` → `spec.volumeid`); a test-side *driver
+//! registrar* registers on a miss the way the driver does (random CNS name, then its
+//! object). Real `volmig` binary, the API test server and the simulator harness.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
+#[path = "support/e2e.rs"]
+mod e2e;
+#[path = "support/vcsim.rs"]
+mod vcsim;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use vcsim::{Vcsim, VcsimOptions};
+use volmig::VolumePath;
+use volmig::api::Phase;
+use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
+
+async fn install_driver_crd(cluster: &Cluster) {
+    let yaml = volmig::k8s::driver_cache::crd_yaml().expect("render the driver's CRD");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("parse CRD");
+    Api::<CustomResourceDefinition>::all(cluster.client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("install the driver's CRD");
+    let api: Api<CnsVSphereVolumeMigration> = Api::all(cluster.client.clone());
+    wait_for(
+        Duration::from_secs(30),
+        "the driver's CRD served",
+        || async { api.list(&ListParams::default()).await.ok().map(drop) },
+    )
+    .await;
+}
+
+/// The driver's cache as the driver builds it: raw volume path → volume ID.
+async fn driver_cache(cluster: &Cluster) -> BTreeMap<String, (String, bool)> {
+    let api: Api<CnsVSphereVolumeMigration> = Api::all(cluster.client.clone());
+    api.list(&ListParams::default())
+        .await
+        .expect("list the driver's objects")
+        .items
+        .into_iter()
+        .map(|o| {
+            (
+                o.spec.volumepath,
+                (o.spec.volumeid, o.spec.protectvolumefromvmdelete),
+            )
+        })
+        .collect()
+}
+
+/// What the driver does on a cache miss: register with a random name, write its object.
+async fn driver_registers(cluster: &Cluster, sim: &Vcsim, raw: &str, name: &str) -> String {
+    let file = raw.split_once("] ").unwrap().1;
+    let id = sim
+        .soap()
+        .await
+        .create_volume(
+            name,
+            &sim.datacenter,
+            &sim.datastores[0].name,
+            file,
+            "e2e-cluster",
+        )
+        .await;
+    let object = CnsVSphereVolumeMigration::new(
+        &id,
+        CnsVSphereVolumeMigrationSpec {
+            volumepath: raw.to_owned(),
+            volumeid: id.clone(),
+            protectvolumefromvmdelete: false,
+        },
+    );
+    Api::<CnsVSphereVolumeMigration>::all(cluster.client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("the driver writes its object");
+    id
+}
+
+fn canonical(raw: &str) -> String {
+    VolumePath::parse(raw).unwrap().canonical()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_raw_spelling_hits_the_drivers_cache_with_the_registered_id() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(3).vcenter_version("7.0.3")).await;
+    let cluster = Cluster::start().await;
+    install_driver_crd(&cluster).await;
+    let mut raws = BTreeMap::new();
+    for n in 1..=3 {
+        let raw = sim.vmdk_path("kubevols", n);
+        cluster.create_pv(&format!("pv-{n}"), &raw).await;
+        raws.insert(format!("pv-{n}"), raw);
+    }
+    let _daemon = Daemon::spawn(&cluster, &sim, "publisher", &[]);
+    // A second PV spells the first vmdk differently (inventory path, doubled slash).
+    let ds = &sim.datastores[0];
+    let alias = format!("[{}] kubevols//disk-0001.vmdk", ds.inventory_path);
+    cluster.create_pv("pv-1-alias", &alias).await;
+    raws.insert("pv-1-alias".into(), alias.clone());
+
+    let cache = wait_for(
+        Duration::from_secs(120),
+        "every spelling cached",
+        || async {
+            let cache = driver_cache(&cluster).await;
+            raws.values()
+                .all(|raw| cache.get(raw).is_some_and(|(_, protected)| *protected))
+                .then_some(cache)
+        },
+    )
+    .await;
+    for (pv, raw) in &raws {
+        let (id, _) = &cache[raw];
+        let vm = cluster
+            .migration(&canonical(raw))
+            .await
+            .expect("VolumeMigration");
+        assert_eq!(phase(&vm), Some(Phase::Registered), "{pv}");
+        assert_eq!(
+            volume_id(&vm).as_ref(),
+            Some(id),
+            "{pv}: cache and status agree"
+        );
+        let volumes = sim.volumes_for(&canonical(raw)).await;
+        assert_eq!(volumes.len(), 1, "{pv}: one CNS volume");
+        assert_eq!(&volumes[0].id, id, "{pv}: the cached ID is the CNS volume");
+    }
+    assert_eq!(cache.len(), 4, "three vmdks, one alias: {cache:?}");
+    let alias_id = &cache[&alias].0;
+    assert_eq!(
+        alias_id, &cache[&raws["pv-1"]].0,
+        "the alias maps to the same ID"
+    );
+    // On 7.0.3 volmig sets keepAfterDeleteVm itself.
+    let flagged = sim.vslm_objects().await;
+    for (id, _) in cache.values() {
+        assert!(
+            flagged
+                .iter()
+                .any(|o| &o.id == id && o.keep_after_delete_vm),
+            "{id} keeps its disk when the VM is deleted: {flagged:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(3)).await;
+    let cluster = Cluster::start().await;
+    install_driver_crd(&cluster).await;
+
+    // Ordering 1: the driver registered before volmig ever ran.
+    let before = sim.vmdk_path("kubevols", 1);
+    let drivers_before = driver_registers(&cluster, &sim, &before, "pvc-driver-1").await;
+    cluster.create_pv("pv-1", &before).await;
+    sim.reset_stats().await;
+    let _daemon = Daemon::spawn(&cluster, &sim, "adopter", &[]);
+
+    // Ordering 2: the driver registers while volmig runs, right as the PV appears.
+    let racing = sim.vmdk_path("kubevols", 2);
+    cluster.create_pv("pv-2", &racing).await;
+    let drivers_racing = driver_registers(&cluster, &sim, &racing, "pvc-driver-2").await;
+
+    // Ordering 3: volmig alone (the driver hits the cache volmig publishes).
+    let alone = sim.vmdk_path("kubevols", 3);
+    cluster.create_pv("pv-3", &alone).await;
+
+    let expect = [
+        (before.clone(), Some(drivers_before.clone())),
+        (racing.clone(), Some(drivers_racing.clone())),
+        (alone.clone(), None),
+    ];
+    wait_for(
+        Duration::from_secs(120),
+        "statuses hold the driver's IDs",
+        || async {
+            for (raw, driver_id) in &expect {
+                let vm = cluster.migration(&canonical(raw)).await?;
+                let id = volume_id(&vm)?;
+                if phase(&vm) != Some(Phase::Registered)
+                    || driver_id.as_ref().is_some_and(|d| *d != id)
+                {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let stats = sim.stats().await;
+    assert_eq!(
+        stats.calls("CnsDeleteVolume"),
+        0,
+        "nothing is ever unregistered"
+    );
+    let vm = cluster.migration(&canonical(&before)).await.unwrap();
+    assert_eq!(
+        sim.volumes_for(&canonical(&before)).await.len(),
+        1,
+        "the driver's earlier registration was adopted, not duplicated"
+    );
+    assert_eq!(volume_id(&vm), Some(drivers_before));
+    // The race may have produced a second volume: then it is listed, never deleted.
+    let racing_volumes = sim.volumes_for(&canonical(&racing)).await;
+    assert!(racing_volumes.len() <= 2, "{racing_volumes:?}");
+    if racing_volumes.len() == 2 {
+        let other = racing_volumes
+            .iter()
+            .find(|v| v.id != drivers_racing)
+            .unwrap()
+            .id
+            .clone();
+        wait_for(
+            Duration::from_secs(60),
+            "the race's duplicate listed",
+            || async {
+                let vm = cluster.migration(&canonical(&racing)).await?;
+                let dups = vm.status?.duplicate_volume_ids?;
+                dups.contains(&other).then_some(())
+            },
+        )
+        .await;
+    }
+    assert_eq!(sim.volumes_for(&canonical(&alone)).await.len(), 1);
+    // The driver's cache covers every PV with the status ID.
+    let cache = driver_cache(&cluster).await;
+    for raw in [&before, &racing, &alone] {
+        let vm = cluster.migration(&canonical(raw)).await.unwrap();
+        assert_eq!(
+            cache.get(raw.as_str()).map(|(id, _)| id.clone()),
+            volume_id(&vm),
+            "{raw}"
+        );
+    }
+}
