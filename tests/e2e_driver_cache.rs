@@ -246,3 +246,73 @@ async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
         );
     }
 }
+
+/// Create-spec parity through the real binary: on vCenter 8.0.3 registration itself keeps
+/// the disk (no VSLM call), and a storage policy named in the VolumeMigration's spec is
+/// resolved through PBM and set as the profile; the container cluster is the driver's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
+    const POLICY: &str = "vSAN Default Storage Policy";
+    const POLICY_ID: &str = "aa6d5a82-1c88-45da-85d3-3d74b91a5bad";
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2).vcenter_version("8.0.3")).await;
+    let cluster = Cluster::start().await;
+    install_driver_crd(&cluster).await;
+    let with_policy = sim.vmdk_path("kubevols", 1);
+    let mut vm = volmig::k8s::migrations::new_migration(&VolumePath::parse(&with_policy).unwrap());
+    vm.spec.storage_policy_name = Some(POLICY.into());
+    cluster
+        .migrations()
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("a VolumeMigration that names a storage policy");
+    cluster.create_pv("pv-1", &with_policy).await;
+    let plain = sim.vmdk_path("kubevols", 2);
+    cluster.create_pv("pv-2", &plain).await;
+    let _daemon = Daemon::spawn(&cluster, &sim, "parity", &[]);
+
+    let cache = wait_for(
+        Duration::from_secs(120),
+        "both published, protected",
+        || async {
+            let cache = driver_cache(&cluster).await;
+            [&with_policy, &plain]
+                .iter()
+                .all(|raw| cache.get(raw.as_str()).is_some_and(|(_, p)| *p))
+                .then_some(cache)
+        },
+    )
+    .await;
+    let stats = sim.stats().await;
+    let vslm_calls: u64 = stats
+        .calls
+        .iter()
+        .filter(|(method, _)| method.starts_with("Vslm"))
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(
+        vslm_calls, 0,
+        "8.0.3 protects on registration: {:?}",
+        stats.calls
+    );
+    let creates = sim.creates().await;
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    let by_file = |raw: &str| {
+        let file = raw.split_once("] ").unwrap().1.to_owned();
+        creates
+            .iter()
+            .find(|c| c.backing_disk_url_path.contains(&file))
+            .unwrap_or_else(|| panic!("no create for {raw}: {creates:?}"))
+            .clone()
+    };
+    assert_eq!(by_file(&with_policy).profile_ids, [POLICY_ID]);
+    assert!(by_file(&plain).profile_ids.is_empty());
+    for create in &creates {
+        let cc = create.container_cluster.as_ref().expect("containerCluster");
+        assert_eq!(cc.cluster_flavor, "VANILLA");
+        assert_eq!(create.container_cluster_array.len(), 1);
+    }
+    for raw in [&with_policy, &plain] {
+        let vm = cluster.migration(&canonical(raw)).await.unwrap();
+        assert_eq!(volume_id(&vm), Some(cache[raw.as_str()].0.clone()));
+    }
+}

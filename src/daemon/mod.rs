@@ -15,7 +15,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::api::VolumeMigration;
 use crate::backend::VolumeBackend;
-use crate::backend::cns::{CnsBackend, CnsConfig};
+use crate::backend::cns::{CnsBackend, CnsConfig, CnsOptions};
 use crate::backend::metered::MeteredBackend;
 use crate::backend::on_demand::OnDemandBackend;
 use crate::cli::RunArgs;
@@ -67,8 +67,12 @@ fn cns_backend(
     template.request_timeout = args.vc_request_timeout;
     template.task_timeout = args.vc_task_timeout;
     let probe = source.clone();
+    let options = CnsOptions {
+        cluster_distribution: settings.cluster_distribution.clone().unwrap_or_default(),
+    };
     let connect = move || {
         let mut config = template.clone();
+        let options = options.clone();
         let source = source.clone();
         async move {
             let credentials = source.load().map_err(|e| {
@@ -81,7 +85,7 @@ fn cns_backend(
             })?;
             config.username = credentials.username;
             config.password = credentials.password;
-            let backend = CnsBackend::connect(config).await?;
+            let backend = CnsBackend::connect_with(config, options).await?;
             Ok(Arc::new(backend) as Arc<dyn VolumeBackend>)
         }
     };

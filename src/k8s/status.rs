@@ -251,6 +251,7 @@ pub fn stored_state(status: &VolumeMigrationStatus, version: Option<String>) -> 
             .clone()
             .filter(|_| status.phase == Some(Phase::Registering)),
         version: version.map(Version),
+        storage_policy: None,
     }
 }
 
@@ -318,7 +319,10 @@ impl StatusStore for KubeStatusStore {
         check_tracks(&vm, path)?;
         let version = vm.metadata.resource_version.clone();
         let status = vm.status.unwrap_or_default();
-        Ok(Some(stored_state(&status, version)))
+        Ok(Some(StoredState {
+            storage_policy: vm.spec.storage_policy_name.clone(),
+            ..stored_state(&status, version)
+        }))
     }
 
     async fn save(

@@ -450,12 +450,16 @@ pub struct Registration {
     pub unchanged: bool,
 }
 
-fn create_request(config: &RegistrarConfig, path: &VolumePath) -> CreateVolumeRequest {
+fn create_request(
+    config: &RegistrarConfig,
+    path: &VolumePath,
+    storage_policy: Option<String>,
+) -> CreateVolumeRequest {
     CreateVolumeRequest {
         path: path.clone(),
         name: path.cns_volume_name(),
         cluster_id: config.cluster_id.clone(),
-        storage_policy_name: None,
+        storage_policy_name: storage_policy,
     }
 }
 

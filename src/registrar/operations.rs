@@ -163,7 +163,8 @@ impl Registrar {
         state: &Option<StoredState>,
         creates: &mut u32,
     ) -> Result<Attempt, RegisterError> {
-        let request = create_request(&self.config, path);
+        let policy = state.as_ref().and_then(|s| s.storage_policy.clone());
+        let request = create_request(&self.config, path, policy);
         let grace = self.config.in_flight_grace;
         let version = state.as_ref().and_then(|s| s.version.clone());
         let marker = state

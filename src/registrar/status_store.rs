@@ -31,6 +31,8 @@ pub struct StoredState {
     /// The version this state was read at; writes conditional on it fail with
     /// [`StoreErrorKind::Conflict`] when anything changed since.
     pub version: Option<Version>,
+    /// The storage policy the object asks for (`spec.storagePolicyName`), set on creates.
+    pub storage_policy: Option<String>,
 }
 
 impl StoredState {
@@ -182,8 +184,10 @@ pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
         StatusUpdate::Unregistering => state.phase = Some(Phase::Unregistering),
         StatusUpdate::Unregistered => {
             let version = state.version.take();
+            let storage_policy = state.storage_policy.take();
             *state = StoredState {
                 version,
+                storage_policy,
                 ..StoredState::default()
             };
         }

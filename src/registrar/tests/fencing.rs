@@ -256,7 +256,7 @@ async fn orphan_collection_keeps_a_volume_adopted_meanwhile() {
     f.backend.add_disk(&q);
     let orphan = f
         .backend
-        .create_volume(&create_request(&config(), &q))
+        .create_volume(&create_request(&config(), &q, None))
         .await
         .unwrap();
     assert!(f.registrar.collect_orphan(&q, &orphan).await.unwrap());
@@ -274,7 +274,7 @@ async fn unregister_waits_for_a_create_in_flight() {
     // The dead process's create lands 10 s later.
     f.backend.set_latency(op::CREATE, Duration::from_secs(10));
     let ghost = {
-        let (backend, request) = (f.backend.clone(), create_request(&config(), &p));
+        let (backend, request) = (f.backend.clone(), create_request(&config(), &p, None));
         tokio::spawn(async move { backend.create_volume(&request).await })
     };
     tokio::task::yield_now().await;

@@ -235,7 +235,7 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     write_ahead_now(&f.store, &p).await;
     f.backend.set_latency(op::CREATE, Duration::from_secs(2));
     let ghost = {
-        let (backend, request) = (f.backend.clone(), create_request(&config(), &p));
+        let (backend, request) = (f.backend.clone(), create_request(&config(), &p, None));
         tokio::spawn(async move { backend.create_volume(&request).await })
     };
     tokio::task::yield_now().await;
