@@ -196,7 +196,7 @@ pub trait VolumeBackend: Send + Sync + 'static {
     /// The CNS volumes among `ids` that exist (e.g. IDs the CSI driver's cache holds).
     /// The default lists every volume; backends with a server-side filter override it.
     async fn volumes_by_id(&self, ids: &[VolumeId]) -> Result<Vec<CnsVolume>> {
-        let all = list_all_volumes_of(self).await?;
+        let all = list_all_volumes(self).await?;
         Ok(all.into_iter().filter(|v| ids.contains(&v.id)).collect())
     }
 
@@ -219,21 +219,8 @@ pub trait VolumeBackend: Send + Sync + 'static {
     }
 }
 
-async fn list_all_volumes_of<B: VolumeBackend + ?Sized>(backend: &B) -> Result<Vec<CnsVolume>> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = backend.list_volumes(cursor).await?;
-        all.extend(page.volumes);
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(all),
-        }
-    }
-}
-
 /// Lists every CNS volume by following the cursor to the end.
-pub async fn list_all_volumes(backend: &dyn VolumeBackend) -> Result<Vec<CnsVolume>> {
+pub async fn list_all_volumes<B: VolumeBackend + ?Sized>(backend: &B) -> Result<Vec<CnsVolume>> {
     let mut all = Vec::new();
     let mut cursor = None;
     loop {

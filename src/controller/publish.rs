@@ -38,7 +38,14 @@ pub async fn publish(
     let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
         return Ok(0);
     };
-    let desired = desired_objects(id, &ctx.index.spellings_for(path), protected);
+    let spellings = ctx.index.spellings_for(path);
+    if spellings.is_empty() {
+        // No PV spells the path (now): the objects go only with the registration
+        // (`unpublish`), never because a PV list was briefly empty — a removed object is
+        // a cache miss, and on a miss the driver registers by itself.
+        return Ok(0);
+    }
+    let desired = desired_objects(id, &spellings, protected);
     sync(driver, id, &desired).await
 }
 

@@ -128,7 +128,8 @@ pub struct DriverIndex {
 
 #[derive(Default)]
 struct IndexState {
-    by_name: HashMap<String, CnsVSphereVolumeMigrationSpec>,
+    /// Ordered, so that the objects of one ID (`id`, `id-…`) are one range.
+    by_name: BTreeMap<String, CnsVSphereVolumeMigrationSpec>,
     by_path: HashMap<VolumePath, Vec<String>>,
     synced: bool,
 }
@@ -209,26 +210,16 @@ impl DriverIndex {
         ids
     }
 
-    /// The objects named after `id` (its primary and its aliases).
+    /// The objects named after `id` (its primary and its aliases): one range of the
+    /// ordered names, so a full sync over every mapping stays linear.
     pub fn objects_of(&self, id: &VolumeId) -> BTreeMap<String, CnsVSphereVolumeMigrationSpec> {
         let prefix = format!("{}-", id.0);
         self.lock()
             .by_name
-            .iter()
+            .range(id.0.clone()..)
+            .take_while(|(n, _)| n.starts_with(&id.0))
             .filter(|(n, _)| **n == id.0 || is_alias_of(n, &prefix))
             .map(|(n, s)| (n.clone(), s.clone()))
-            .collect()
-    }
-
-    /// Raw spellings the driver maps for `path`, with the ID each maps to.
-    pub fn mappings_for(&self, path: &VolumePath) -> Vec<(String, VolumeId)> {
-        let s = self.lock();
-        s.by_path
-            .get(path)
-            .into_iter()
-            .flatten()
-            .filter_map(|n| s.by_name.get(n))
-            .map(|spec| (spec.volumepath.clone(), VolumeId(spec.volumeid.clone())))
             .collect()
     }
 

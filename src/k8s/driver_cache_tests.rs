@@ -105,3 +105,26 @@ fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
     index.remove("bad");
     assert!(index.is_empty());
 }
+
+#[test]
+fn objects_of_an_id_are_its_primary_and_aliases_only() {
+    let index = DriverIndex::default();
+    let other = VolumeId::from(format!("{}0", id().0).as_str());
+    index.upsert(&id().0, &spec("[ds] a.vmdk", true));
+    index.upsert(
+        &object_name(&id(), "[ds]  a.vmdk", false),
+        &spec("[ds]  a.vmdk", true),
+    );
+    index.upsert(&other.0, &spec("[ds] b.vmdk", true));
+    index.upsert(
+        &format!("{}-driver-made", id().0),
+        &spec("[ds] a.vmdk", true),
+    );
+    index.upsert("aaaa", &spec("[ds] c.vmdk", true));
+    let names: Vec<String> = index.objects_of(&id()).into_keys().collect();
+    assert_eq!(
+        names,
+        vec![id().0, object_name(&id(), "[ds]  a.vmdk", false)],
+        "an ID that merely starts with this one, and foreign names, are not its objects"
+    );
+}

@@ -317,6 +317,21 @@ pub(super) struct Fixture {
 
 /// A context over the scripted API, with `pvs` (name, path) in a synced PV index.
 pub(super) fn fixture(pvs: &[(&str, &str)]) -> Fixture {
+    fixture_with_driver(pvs, None)
+}
+
+/// A fixture whose context publishes into the CSI driver's cache, indexed by `driver`.
+pub(super) fn fixture_publishing(
+    pvs: &[(&str, &str)],
+    driver: Arc<crate::k8s::driver_cache::DriverIndex>,
+) -> Fixture {
+    fixture_with_driver(pvs, Some(driver))
+}
+
+fn fixture_with_driver(
+    pvs: &[(&str, &str)],
+    driver: Option<Arc<crate::k8s::driver_cache::DriverIndex>>,
+) -> Fixture {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let backend = Arc::new(InMemoryBackend::new());
@@ -342,7 +357,13 @@ pub(super) fn fixture(pvs: &[(&str, &str)]) -> Fixture {
         events: Events::new(client.clone(), INSTANCE),
         on_pv_delete: PvDeletePolicy::Unregister,
         error_requeue: ERROR_REQUEUE,
-        driver: None,
+        driver: driver.map(|index| {
+            Arc::new(crate::controller::publish::DriverCache {
+                api: kube::Api::all(client.clone()),
+                index,
+                publish: true,
+            })
+        }),
     };
     Fixture {
         ctx: Arc::new(ctx),

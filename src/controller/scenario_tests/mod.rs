@@ -8,6 +8,7 @@
 //! [`KubeStatusStore`], so its reads and writes appear in the sequence.
 
 mod harness;
+mod publishing;
 mod terms;
 
 use crate::api::{FINALIZER, VolumeMigration};
