@@ -316,3 +316,61 @@ async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
         assert_eq!(volume_id(&vm), Some(cache[raw.as_str()].0.clone()));
     }
 }
+
+/// volmig registered and published first; then the driver registers the same vmdk anyway
+/// (the residual race once CSI migration is on). The driver's ID wins: the status takes it,
+/// volmig's ID is listed as a duplicate (never unregistered), and the driver's cache ends
+/// with one object for the path, holding the driver's ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remains() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let cluster = Cluster::start().await;
+    install_driver_crd(&cluster).await;
+    let raw = sim.vmdk_path("kubevols", 1);
+    cluster.create_pv("pv-1", &raw).await;
+    let _daemon = Daemon::spawn(&cluster, &sim, "first", &["--full-sync-interval", "2s"]);
+    let volmigs = wait_for(Duration::from_secs(60), "volmig published", || async {
+        driver_cache(&cluster)
+            .await
+            .get(&raw)
+            .map(|(id, _)| id.clone())
+    })
+    .await;
+
+    let drivers = driver_registers(&cluster, &sim, &raw, "pvc-driver-late").await;
+    wait_for(Duration::from_secs(60), "the driver's ID wins", || async {
+        let vm = cluster.migration(&canonical(&raw)).await?;
+        let dups = vm.status.clone()?.duplicate_volume_ids.unwrap_or_default();
+        let objects: Vec<String> = Api::<CnsVSphereVolumeMigration>::all(cluster.client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|o| o.spec.volumepath == raw)
+            .map(|o| o.spec.volumeid)
+            .collect();
+        (volume_id(&vm).as_ref() == Some(&drivers)
+            && dups.contains(&volmigs)
+            && objects == [drivers.clone()])
+        .then_some(())
+    })
+    .await;
+    assert_eq!(
+        sim.stats().await.calls("CnsDeleteVolume"),
+        0,
+        "nothing unregistered"
+    );
+    assert_eq!(
+        sim.volumes_for(&canonical(&raw)).await.len(),
+        2,
+        "both volumes kept"
+    );
+    let warned = cluster.events("DuplicateVolumes").await;
+    assert!(
+        warned
+            .iter()
+            .any(|(_, note)| note.contains(&drivers) && note.contains(&volmigs)),
+        "{warned:?}"
+    );
+}

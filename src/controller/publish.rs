@@ -46,7 +46,17 @@ pub async fn publish(
         return Ok(0);
     }
     let desired = desired_objects(id, &spellings, protected);
-    sync(driver, id, &desired).await
+    let mut changes = plan_changes(id, &desired, &driver.index.objects_of(id));
+    // volmig's own objects that map this path to another ID (the mapping changed, e.g.
+    // the driver's ID won) would give the driver two answers for one path.
+    changes.extend(
+        driver
+            .index
+            .stale_ours(path, id)
+            .into_iter()
+            .map(DriverChange::Delete),
+    );
+    apply(driver, id, &changes).await
 }
 
 /// Removes the driver's objects of `id` (the registration is gone).
@@ -66,16 +76,23 @@ async fn sync(
     >,
 ) -> kube::Result<usize> {
     let changes = plan_changes(id, desired, &driver.index.objects_of(id));
+    apply(driver, id, &changes).await
+}
+
+async fn apply(
+    driver: &DriverCache,
+    id: &VolumeId,
+    changes: &[DriverChange],
+) -> kube::Result<usize> {
     if changes.is_empty() {
         return Ok(0);
     }
-    apply_changes(&driver.api, &changes).await?;
+    apply_changes(&driver.api, changes).await?;
     // The watch confirms later; recording now keeps a second look from writing again.
-    for change in &changes {
+    for change in changes {
         match change {
-            DriverChange::Create(name, spec) | DriverChange::Update(name, spec) => {
-                driver.index.upsert(name, spec);
-            }
+            DriverChange::Create(name, spec) => driver.index.record_written(name, spec, true),
+            DriverChange::Update(name, spec) => driver.index.record_written(name, spec, false),
             DriverChange::Delete(name) => driver.index.remove(name),
         }
     }

@@ -87,7 +87,11 @@ async fn keep_index(
                     if let Some(seen) = relist.as_mut() {
                         seen.insert(name.to_owned());
                     }
-                    index.upsert(name, &object.spec);
+                    index.upsert(
+                        name,
+                        &object.spec,
+                        crate::k8s::driver_cache::is_ours(&object),
+                    );
                 }
             }
             Some(Ok(Event::InitDone)) => {

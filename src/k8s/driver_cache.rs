@@ -44,6 +44,19 @@ pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
     serde_saphyr::to_string(&CnsVSphereVolumeMigration::crd())
 }
 
+/// The label volmig sets on the objects it creates (`app.kubernetes.io/managed-by`).
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// True when volmig created `object` (its [`MANAGED_BY`] label says `volmig`).
+pub fn is_ours(object: &CnsVSphereVolumeMigration) -> bool {
+    object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY))
+        .is_some_and(|v| v == "volmig")
+}
+
 /// The name of the object of `raw` spelling for `id`: the ID itself for the primary
 /// (oldest PV's) spelling, `<id>-<first 8 hex of SHA-256(raw)>` for the others.
 pub fn object_name(id: &VolumeId, raw: &str, primary: bool) -> String {
@@ -130,6 +143,9 @@ pub struct DriverIndex {
 struct IndexState {
     /// Ordered, so that the objects of one ID (`id`, `id-…`) are one range.
     by_name: BTreeMap<String, CnsVSphereVolumeMigrationSpec>,
+    /// Objects volmig created (labelled [`MANAGED_BY`] = `volmig`); the others are the
+    /// driver's own.
+    ours: std::collections::HashSet<String>,
     by_path: HashMap<VolumePath, Vec<String>>,
     synced: bool,
 }
@@ -139,14 +155,26 @@ impl DriverIndex {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records an object as it is now.
-    pub fn upsert(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec) {
+    /// Records an object as it is now; `ours` when volmig created it.
+    pub fn upsert(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool) {
         let mut s = self.lock();
         Self::unlink(&mut s, name);
+        if ours {
+            s.ours.insert(name.to_owned());
+        } else {
+            s.ours.remove(name);
+        }
         if let Ok(path) = VolumePath::parse(&spec.volumepath) {
             s.by_path.entry(path).or_default().push(name.to_owned());
         }
         s.by_name.insert(name.to_owned(), spec.clone());
+    }
+
+    /// Records an object volmig just wrote: created by volmig, or an update that keeps
+    /// whoever created it.
+    pub fn record_written(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, created: bool) {
+        let ours = created || self.lock().ours.contains(name);
+        self.upsert(name, spec, ours);
     }
 
     /// Forgets an object.
@@ -154,6 +182,7 @@ impl DriverIndex {
         let mut s = self.lock();
         Self::unlink(&mut s, name);
         s.by_name.remove(name);
+        s.ours.remove(name);
     }
 
     fn unlink(s: &mut IndexState, name: &str) {
@@ -194,7 +223,8 @@ impl DriverIndex {
         self.lock().synced
     }
 
-    /// The volume IDs the driver's objects hold for `path` (any spelling), sorted, unique.
+    /// The volume IDs the driver's own objects (not volmig's) hold for `path` (any
+    /// spelling), sorted, unique.
     pub fn ids_for(&self, path: &VolumePath) -> Vec<VolumeId> {
         let s = self.lock();
         let mut ids: Vec<VolumeId> = s
@@ -202,6 +232,7 @@ impl DriverIndex {
             .get(path)
             .into_iter()
             .flatten()
+            .filter(|n| !s.ours.contains(*n))
             .filter_map(|n| s.by_name.get(n))
             .map(|spec| VolumeId(spec.volumeid.clone()))
             .collect();
@@ -220,6 +251,20 @@ impl DriverIndex {
             .take_while(|(n, _)| n.starts_with(&id.0))
             .filter(|(n, _)| **n == id.0 || is_alias_of(n, &prefix))
             .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Names of volmig's own objects for `path` (any spelling) that hold another ID than
+    /// `id`: left over from a mapping that changed.
+    pub fn stale_ours(&self, path: &VolumePath, id: &VolumeId) -> Vec<String> {
+        let s = self.lock();
+        s.by_path
+            .get(path)
+            .into_iter()
+            .flatten()
+            .filter(|n| s.ours.contains(*n))
+            .filter(|n| s.by_name.get(*n).is_some_and(|spec| spec.volumeid != id.0))
+            .cloned()
             .collect()
     }
 
@@ -250,7 +295,9 @@ pub async fn apply_changes(
     for change in changes {
         match change {
             DriverChange::Create(name, spec) => {
-                let object = CnsVSphereVolumeMigration::new(name, spec.clone());
+                let mut object = CnsVSphereVolumeMigration::new(name, spec.clone());
+                object.metadata.labels =
+                    Some([(MANAGED_BY.to_owned(), "volmig".to_owned())].into());
                 match api.create(&post, &object).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 409 => {

@@ -82,6 +82,7 @@ fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
             volumeid: "vol-1".into(),
             protectvolumefromvmdelete: false,
         },
+        false,
     );
     index.upsert(
         "bad",
@@ -90,6 +91,7 @@ fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
             volumeid: "vol-x".into(),
             protectvolumefromvmdelete: false,
         },
+        false,
     );
     assert_eq!(index.ids_for(&path), vec![VolumeId::from("vol-1")]);
     index.upsert(
@@ -99,6 +101,7 @@ fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
             volumeid: "vol-1".into(),
             protectvolumefromvmdelete: false,
         },
+        false,
     );
     assert!(index.ids_for(&path).is_empty(), "moved to another path");
     index.remove("driver-1");
@@ -110,21 +113,41 @@ fn index_finds_ids_by_canonical_path_and_forgets_removed_objects() {
 fn objects_of_an_id_are_its_primary_and_aliases_only() {
     let index = DriverIndex::default();
     let other = VolumeId::from(format!("{}0", id().0).as_str());
-    index.upsert(&id().0, &spec("[ds] a.vmdk", true));
+    index.upsert(&id().0, &spec("[ds] a.vmdk", true), false);
     index.upsert(
         &object_name(&id(), "[ds]  a.vmdk", false),
         &spec("[ds]  a.vmdk", true),
+        false,
     );
-    index.upsert(&other.0, &spec("[ds] b.vmdk", true));
+    index.upsert(&other.0, &spec("[ds] b.vmdk", true), false);
     index.upsert(
         &format!("{}-driver-made", id().0),
         &spec("[ds] a.vmdk", true),
+        false,
     );
-    index.upsert("aaaa", &spec("[ds] c.vmdk", true));
+    index.upsert("aaaa", &spec("[ds] c.vmdk", true), false);
     let names: Vec<String> = index.objects_of(&id()).into_keys().collect();
     assert_eq!(
         names,
         vec![id().0, object_name(&id(), "[ds]  a.vmdk", false)],
         "an ID that merely starts with this one, and foreign names, are not its objects"
     );
+}
+
+#[test]
+fn volmigs_own_objects_are_not_the_drivers_ids() {
+    let index = DriverIndex::default();
+    let path = VolumePath::parse("[ds] a.vmdk").unwrap();
+    index.record_written("mine", &spec("[ds] a.vmdk", true), true);
+    assert!(
+        index.ids_for(&path).is_empty(),
+        "volmig's own object is no adoption source"
+    );
+    index.upsert("theirs", &spec("[ds] a.vmdk", false), false);
+    assert_eq!(index.ids_for(&path), vec![id()]);
+    // volmig updating the driver's object keeps it the driver's.
+    index.record_written("theirs", &spec("[ds] a.vmdk", true), false);
+    assert_eq!(index.ids_for(&path), vec![id()]);
+    index.remove("theirs");
+    assert!(index.ids_for(&path).is_empty());
 }

@@ -207,7 +207,11 @@ impl FullSync {
         while let Some(ok) = running.next().await {
             outcomes.push(ok);
         }
-        let published = self.publish_all(&migrations).await;
+        // Paths repaired in this pass may have changed their mapping: the snapshot is stale
+        // for them (their reconcile publishes the new one).
+        let repaired: HashSet<&VolumePath> =
+            planned.repairs.iter().filter_map(Repair::path).collect();
+        let published = self.publish_all(&migrations, &repaired).await;
         Ok(PassSummary {
             pvs: pvs.values().map(Vec::len).sum(),
             migrations: migrations.len(),
@@ -261,7 +265,11 @@ impl FullSync {
 
     /// Keeps every Registered mapping published in the CSI driver's cache (no API call for
     /// those in sync). Returns how many mappings needed writes.
-    async fn publish_all(&self, migrations: &[MigrationRecord]) -> usize {
+    async fn publish_all(
+        &self,
+        migrations: &[MigrationRecord],
+        repaired: &HashSet<&VolumePath>,
+    ) -> usize {
         if self.ctx.driver.as_ref().is_none_or(|d| !d.publish) {
             return 0;
         }
@@ -275,6 +283,9 @@ impl FullSync {
             };
             if self.shutdown.is_cancelled() {
                 break;
+            }
+            if repaired.contains(path) {
+                continue;
             }
             let id = crate::backend::VolumeId(id.clone());
             match super::publish::publish(&self.ctx, path, &id, m.protected).await {

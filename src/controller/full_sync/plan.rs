@@ -101,6 +101,20 @@ pub enum Repair {
 }
 
 impl Repair {
+    /// The path the repair is about, when it names one.
+    pub fn path(&self) -> Option<&VolumePath> {
+        match self {
+            Repair::CreateMigration(path) | Repair::Retry(path) => Some(path),
+            Repair::ReRegister { path, .. }
+            | Repair::Duplicates { path, .. }
+            | Repair::AdoptDriverId { path, .. }
+            | Repair::Protect { path, .. }
+            | Repair::DeleteMigration { path, .. } => Some(path),
+            Repair::Orphan { path, .. } => path.as_ref(),
+            Repair::SetPvs { .. } => None,
+        }
+    }
+
     /// A short name of the repair, for spans and logs.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -37,6 +37,9 @@ pub enum RepairError {
         /// The client error.
         source: kube::Error,
     },
+    /// Writing the CSI driver's cache objects failed.
+    #[error("updating the CSI driver's cache objects")]
+    Publish(#[source] kube::Error),
     /// An orphan without a backing path cannot be serialized with its path's work.
     #[error("orphan {0} has no backing path; not collected")]
     OrphanWithoutPath(String),
@@ -192,6 +195,13 @@ impl FullSync {
             .adopt_driver_id(path, &VolumeId::from(driver_id), &VolumeId::from(replaced))
             .await
             .map_err(RepairError::Register)?;
+        if switched {
+            // volmig's own objects for the replaced ID would leave the driver two IDs for
+            // one path; the next publish writes the driver's ID under every spelling.
+            crate::controller::publish::unpublish(&self.ctx, &VolumeId::from(replaced))
+                .await
+                .map_err(RepairError::Publish)?;
+        }
         if switched && let Some(vm) = self.cached(&path.object_name()) {
             let note = format!(
                 "the CSI driver's cache maps {path} to CNS volume {driver_id}; the status held \
