@@ -179,18 +179,9 @@ impl Registrar {
                 let live = self.call(path, || self.backend.volumes_by_id(&ids)).await?;
                 if let Some(volume) = crate::backend::selection::oldest(&live) {
                     info!(%path, volume_id = %volume.id, "adopting the ID the CSI driver's cache holds");
-                    let id = volume.id.clone();
                     return self
-                        .record_id(
-                            path,
-                            id,
-                            Some(disk_uuid.to_owned()),
-                            true,
-                            attempts,
-                            version,
-                        )
-                        .await
-                        .map(Attempt::Done);
+                        .adopt(path, volume.id.clone(), disk_uuid, attempts, version)
+                        .await;
                 }
             }
         }
@@ -201,18 +192,9 @@ impl Registrar {
                 .call(path, || self.backend.find_volumes(&request.name, path))
                 .await?;
             if let Some(volume) = choose_adoptee(&existing, &request.name) {
-                let id = volume.id.clone();
                 return self
-                    .record_id(
-                        path,
-                        id,
-                        Some(disk_uuid.to_owned()),
-                        true,
-                        attempts,
-                        version,
-                    )
-                    .await
-                    .map(Attempt::Done);
+                    .adopt(path, volume.id.clone(), disk_uuid, attempts, version)
+                    .await;
             }
             // A create under this marker may still run in vCenter: only look until its
             // grace is over (rule 8).
@@ -284,6 +266,27 @@ impl Registrar {
                 })
             }
         }
+    }
+
+    /// Records an existing CNS volume as the registration of `path` (adoption).
+    async fn adopt(
+        &self,
+        path: &VolumePath,
+        id: VolumeId,
+        disk_uuid: &str,
+        attempts: u32,
+        version: Option<Version>,
+    ) -> Result<Attempt, RegisterError> {
+        self.record_id(
+            path,
+            id,
+            Some(disk_uuid.to_owned()),
+            true,
+            attempts,
+            version,
+        )
+        .await
+        .map(Attempt::Done)
     }
 
     fn new_token(&self) -> String {

@@ -474,3 +474,34 @@ pub(super) fn reconcile_failures(metrics: &Metrics, reason: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // Scenarios
 // ---------------------------------------------------------------------------------------
+
+/// A full sync over a cache holding PATH_A as Registered (pv-a, protected) with a CNS
+/// volume in the in-memory backend: the starting point of the full-sync scenarios.
+pub(super) async fn registered_full_sync(f: &Fixture) -> Arc<FullSync> {
+    let name = path(PATH_A).object_name();
+    let id = registered_volume(&f.backend, PATH_A).await;
+    let vm = migration(
+        &name,
+        PATH_A,
+        true,
+        Some(json!({
+            "phase": "Registered",
+            "volumeID": id.0,
+            "persistentVolumes": ["pv-a"],
+            "attempts": 1,
+            "protectedFromVMDelete": true,
+        })),
+    );
+    let (cache, mut writer) = kube::runtime::reflector::store::<VolumeMigration>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitApply(vm));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    Arc::new(FullSync::new(
+        Arc::clone(&f.ctx),
+        kube::Api::<PersistentVolume>::all(f.client.clone()),
+        cache,
+        false,
+        4,
+        CancellationToken::new(),
+    ))
+}

@@ -11,19 +11,16 @@ mod harness;
 mod publishing;
 mod terms;
 
-use crate::api::{FINALIZER, VolumeMigration};
+use crate::api::FINALIZER;
 use crate::backend::{VolumeBackend, op};
 use crate::controller::Error;
-use crate::controller::full_sync::{FullSync, PassSummary};
+use crate::controller::full_sync::PassSummary;
 use crate::controller::reconcile::error_policy;
 use crate::volume_path::VolumePath;
 use http::{Method, StatusCode};
-use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use serde_json::json;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 #[allow(
     clippy::wildcard_imports,
@@ -406,33 +403,7 @@ async fn scenario_name_collision_is_reported_without_registering() {
 #[tokio::test]
 async fn scenario_steady_full_sync_pass_lists_once_and_writes_nothing() {
     let mut f = fixture(&[("pv-a", PATH_A)]);
-    let a = path(PATH_A);
-    let name = a.object_name();
-    let id = registered_volume(&f.backend, PATH_A).await;
-    let vm = migration(
-        &name,
-        PATH_A,
-        true,
-        Some(json!({
-            "phase": "Registered",
-            "volumeID": id.0,
-            "persistentVolumes": ["pv-a"],
-            "attempts": 1,
-            "protectedFromVMDelete": true,
-        })),
-    );
-    let (cache, mut writer) = kube::runtime::reflector::store::<VolumeMigration>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(vm));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    let sync = Arc::new(FullSync::new(
-        Arc::clone(&f.ctx),
-        kube::Api::<PersistentVolume>::all(f.client.clone()),
-        cache,
-        false,
-        4,
-        CancellationToken::new(),
-    ));
+    let sync = registered_full_sync(&f).await;
     let task = tokio::spawn({
         let sync = Arc::clone(&sync);
         async move { sync.run_pass().await }

@@ -6,13 +6,9 @@
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
-use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::runtime::watcher;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use super::harness::*;
-use crate::api::VolumeMigration;
 use crate::controller::full_sync::{FullSync, PassSummary};
 
 fn empty_pv_list() -> serde_json::Value {
@@ -56,33 +52,8 @@ async fn pass(
 #[tokio::test]
 async fn a_new_term_needs_two_passes_of_its_own_before_deleting() {
     let mut f = fixture(&[]);
-    let a = path(PATH_A);
-    let name = a.object_name();
-    let id = registered_volume(&f.backend, PATH_A).await;
-    let vm = migration(
-        &name,
-        PATH_A,
-        true,
-        Some(json!({
-            "phase": "Registered",
-            "volumeID": id.0,
-            "persistentVolumes": ["pv-a"],
-            "attempts": 1,
-            "protectedFromVMDelete": true,
-        })),
-    );
-    let (cache, mut writer) = kube::runtime::reflector::store::<VolumeMigration>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(vm));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    let sync = Arc::new(FullSync::new(
-        Arc::clone(&f.ctx),
-        kube::Api::<PersistentVolume>::all(f.client.clone()),
-        cache,
-        false,
-        4,
-        CancellationToken::new(),
-    ));
+    let name = path(PATH_A).object_name();
+    let sync = registered_full_sync(&f).await;
 
     // Term 1: one pass sees the path without PVs (first strike), then leadership is lost.
     let first = pass(&mut f, &sync, &name, false).await;
