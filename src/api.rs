@@ -1,4 +1,4 @@
-//! The `VolumeMigration` custom resource (`volmig.io/v1alpha1`, cluster-scoped), DESIGN.md §2.
+//! The `VolumeMigration` custom resource (`volmig.io/v1alpha1`, cluster-scoped), docs/design.md §2.
 //!
 //! One object per distinct canonical volume path; its status is the published
 //! vmdk → CNS volume-ID mapping.
@@ -8,7 +8,7 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Finalizer that guards unregistration (DESIGN.md §5).
+/// Finalizer that guards unregistration (docs/design.md §2.5, §5).
 pub const FINALIZER: &str = "volmig.io/registration";
 
 /// Field manager of every write volmig makes.
@@ -132,7 +132,7 @@ pub struct VolumeMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registering_token: Option<String>,
     /// True once the disk is kept when a VM it is attached to is deleted (the FCD's
-    /// `keepAfterDeleteVm` flag; DESIGN.md §8).
+    /// `keepAfterDeleteVm` flag; docs/design.md §8.3).
     #[serde(
         default,
         rename = "protectedFromVMDelete",

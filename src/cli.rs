@@ -1,4 +1,4 @@
-//! The command line of the `volmig` binary (DESIGN.md §3). Every `run` flag also reads an
+//! The command line of the `volmig` binary (docs/design.md §3). Every `run` flag also reads an
 //! environment variable `VOLMIG_<FLAG>`.
 
 use std::net::SocketAddr;
@@ -69,7 +69,7 @@ impl From<OnPvDelete> for crate::controller::PvDeletePolicy {
 
 impl RunArgs {
     /// The in-flight grace in force: the flag, but never less than a create can take
-    /// (request timeout + task timeout, DESIGN.md §4.10). The bool is true when the flag
+    /// (request timeout + task timeout, docs/design.md §4.10). The bool is true when the flag
     /// was raised.
     pub fn effective_in_flight_grace(&self) -> (Duration, bool) {
         let floor = self.vc_request_timeout.saturating_add(self.vc_task_timeout);
@@ -101,7 +101,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Flags of `volmig run` (the command-line contract of DESIGN.md §3).
+/// Flags of `volmig run` (the command-line contract of docs/design.md §3.1).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Kubernetes connection.

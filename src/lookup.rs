@@ -118,7 +118,7 @@ pub async fn lookup(client: kube::Client, raw: &str) -> Result<VolumeId, LookupE
         });
     };
     if !crate::k8s::migrations::tracks(&vm, &path) {
-        // DESIGN.md §2: never another path's volume ID.
+        // docs/design.md §2.6: never another path's volume ID.
         return Err(LookupError::NameCollision {
             name,
             path,

@@ -1,6 +1,6 @@
 //! The in-tree volume path (`[datastore] folder/file.vmdk`) and the names derived from it.
 //!
-//! Every spelling of one file maps to one canonical form (DESIGN.md §1), and the
+//! Every spelling of one file maps to one canonical form (docs/design.md §1.1), and the
 //! Kubernetes object name and the CNS volume name are pure functions of that form, so two
 //! writers that see the same vmdk always agree on which object and which CNS volume they
 //! mean.
@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 /// longer is garbage, not a disk.
 pub const MAX_PATH_LEN: usize = 2048;
 
-/// Longest sanitized file stem kept in an object name (DESIGN.md §2).
+/// Longest sanitized file stem kept in an object name (docs/design.md §2.6).
 const MAX_STEM_LEN: usize = 54;
 
 /// Prefix of the CNS volume names volmig creates; lets full sync recognise its own volumes.

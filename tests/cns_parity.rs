@@ -1,4 +1,4 @@
-//! Parity of the CNS backend with the vSphere CSI driver (issue 13, DESIGN.md §8), against
+//! Parity of the CNS backend with the vSphere CSI driver (issue 13, docs/design.md §8.4), against
 //! the govmomi simulator harness with a switchable reported vCenter version: the create
 //! spec as the harness received it (`/debug/cns/creates`), the `keepAfterDeleteVm` flag of
 //! every FCD (`/debug/vslm/objects`) and which calls were made (`/debug/stats`). What the

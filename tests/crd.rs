@@ -1,4 +1,4 @@
-//! The checked-in CRD is exactly what `volmig crd` prints (DESIGN.md §2).
+//! The checked-in CRD is exactly what `volmig crd` prints (docs/design.md §2.7).
 
 use std::process::Command;
 

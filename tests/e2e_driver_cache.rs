@@ -1,4 +1,4 @@
-//! End-to-end tests beside the vSphere CSI driver (DESIGN.md §8; issue 13): volmig fills
+//! End-to-end tests beside the vSphere CSI driver (docs/design.md §8; issue 13): volmig fills
 //! the driver's `CnsVSphereVolumeMigration` cache for every raw spelling, adopts what the
 //! driver registered, and protects the disks. A test-side *driver cache* reads the objects
 //! the way the driver does (raw `spec.volumepath` → `spec.volumeid`); a test-side *driver

@@ -1,4 +1,4 @@
-//! End-to-end tests of the fencing rules (DESIGN.md §2, §4.8–4.10; issue 12): unknown
+//! End-to-end tests of the fencing rules (docs/design.md §2.6, §4.8–4.10; issue 12): unknown
 //! create outcomes, a create outliving its daemon, and name collisions. Real `volmig`
 //! binary, the API test server and the govmomi simulator harness.
 

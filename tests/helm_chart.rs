@@ -169,7 +169,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--http-addr=0.0.0.0:8080",
             "--log-format=text",
         ],
-        "defaults follow the DESIGN.md §3 contract, with the Lease in the release namespace"
+        "defaults follow the docs/design.md §3 contract, with the Lease in the release namespace"
     );
     let env = &container["env"];
     assert_eq!(env[0]["name"], "POD_NAME");

@@ -1,6 +1,6 @@
 //! Leader election against the Kubernetes API test server: one leader at a time, prompt
 //! hand-over on release, take-over after a crash, and a restarted replica with the same
-//! holder id resuming at once (DESIGN.md §3, §4.2).
+//! holder id resuming at once (docs/design.md §3.3, §4.2).
 
 #![allow(
     clippy::unwrap_used,

@@ -1,5 +1,5 @@
 //! A backend that logs in to vCenter on first use (only the leader calls the backend, so
-//! followers never open a session), with the login rules of DESIGN.md §4.11:
+//! followers never open a session), with the login rules of docs/design.md §4.11:
 //!
 //! - **One attempt for everyone**: concurrent callers that find no usable connection share
 //!   one connect (and so one `Login`); the waiters get its outcome.

@@ -1,4 +1,4 @@
-//! Which of several CNS volumes for one disk counts (DESIGN.md §4.3, §6): a rule about
+//! Which of several CNS volumes for one disk counts (docs/design.md §4.3, §6.3): a rule about
 //! volumes, shared by the registrar (adoption) and full sync (duplicates).
 
 use super::CnsVolume;

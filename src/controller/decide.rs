@@ -33,7 +33,7 @@ pub enum Step {
     RetryAfter(Duration),
     /// The spec path is invalid: record it (once).
     RecordInvalidPath(String),
-    /// The object's name belongs to another path (DESIGN.md §2): report it (once), never
+    /// The object's name belongs to another path (docs/design.md §2.6): report it (once), never
     /// register or publish anything through it.
     RecordNameCollision(VolumePath),
     /// The object is being deleted: unregister if asked, then drop the finalizer.

@@ -32,7 +32,7 @@ pub use decide::{Observed, Plan, Step, decide};
 pub use error::{Error, Result};
 pub use pv_index::PvIndex;
 
-/// What to do when no PV references a registered vmdk any longer (DESIGN.md §5).
+/// What to do when no PV references a registered vmdk any longer (docs/design.md §5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PvDeletePolicy {
     /// Unregister the CNS volume (`deleteDisk=false`: the vmdk stays).

@@ -1,5 +1,5 @@
 //! Publishing Registered mappings into the CSI driver's cache (`CnsVSphereVolumeMigration`
-//! objects, DESIGN.md §8), so the driver never misses and never registers by itself.
+//! objects, docs/design.md §8.1), so the driver never misses and never registers by itself.
 //! Compared against an in-memory index of the driver's objects: a mapping in sync costs
 //! no API call.
 

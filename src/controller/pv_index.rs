@@ -30,7 +30,7 @@ pub fn pv_volume(pv: &PersistentVolume) -> Option<PvVolume> {
 }
 
 /// How a PV spells its path and when it was created: what the driver's cache is keyed by
-/// (DESIGN.md §8). The raw spelling is kept only when it differs from the canonical one.
+/// (docs/design.md §8.1). The raw spelling is kept only when it differs from the canonical one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spelling {
     /// The raw `volumePath`, when not already canonical.

@@ -140,7 +140,7 @@ pub async fn report_invalid_paths(ctx: &Context) {
 }
 
 /// Reports that the VolumeMigration name of a PV's path is taken by an object tracking
-/// another path: a Warning Event on the PV, a metric and a log line (DESIGN.md §2).
+/// another path: a Warning Event on the PV, a metric and a log line (docs/design.md §2.6).
 pub async fn report_name_collision(ctx: &Context, pv: &str, error: &EnsureError) {
     warn!(pv, error = %error, "name collision: the PV's path cannot be tracked");
     ctx.metrics.name_collision();

@@ -2,8 +2,8 @@
 //! and client calls) → record status (through the one [`crate::k8s::status::StatusWriter`]).
 //!
 //! Deletion uses custom code rather than kube-runtime's `finalizer` helper: a VolumeMigration
-//! deleted by hand while PVs still use its path must be recreated once it is gone (DESIGN.md
-//! §5), and a deletion must wait while a create may be in flight; the helper has neither.
+//! deleted by hand while PVs still use its path must be recreated once it is gone (docs/design.md
+//! §5.2), and a deletion must wait while a create may be in flight; the helper has neither.
 
 use std::sync::Arc;
 use std::time::Duration;

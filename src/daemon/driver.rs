@@ -1,4 +1,4 @@
-//! The CSI driver's cache as the daemon uses it (DESIGN.md §8): whether its CRD is served,
+//! The CSI driver's cache as the daemon uses it (docs/design.md §8): whether its CRD is served,
 //! whether volmig publishes (`--publish-driver-cache`), and a watch that keeps the index.
 
 use std::collections::HashSet;

@@ -1,5 +1,5 @@
 //! The vSphere CSI driver's own vmdk → volume-ID cache: cluster-scoped
-//! `CnsVSphereVolumeMigration` objects (`cns.vmware.com/v1alpha1`, DESIGN.md §8).
+//! `CnsVSphereVolumeMigration` objects (`cns.vmware.com/v1alpha1`, docs/design.md §8).
 //!
 //! The driver caches `spec.volumepath` (the raw spelling of the PV) → `spec.volumeid` and
 //! registers the vmdk itself on a miss. volmig publishes one object per Registered path

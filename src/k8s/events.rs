@@ -23,7 +23,7 @@ pub mod reason {
     pub const RE_REGISTERED: &str = "ReRegistered";
     /// Two or more CNS volumes exist for one disk.
     pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
-    /// The object named after a path tracks another path (DESIGN.md §2).
+    /// The object named after a path tracks another path (docs/design.md §2.6).
     pub const NAME_COLLISION: &str = "NameCollision";
 }
 

@@ -42,7 +42,7 @@ pub enum EnsureError {
         /// The client error.
         source: kube::Error,
     },
-    /// An object of that name exists and tracks another path (DESIGN.md §2).
+    /// An object of that name exists and tracks another path (docs/design.md §2.6).
     #[error("VolumeMigration {name} exists but tracks {found:?}, not {path}")]
     NameCollision {
         /// The object name.

@@ -1,7 +1,7 @@
 //! The one status writer: every change of a VolumeMigration status — the registrar's
 //! transitions, the PV list, an invalid path, duplicates — is a typed [`StatusChange`],
 //! turned into a JSON merge patch by a pure function and sent by [`StatusWriter::write`],
-//! optionally conditional on a `resourceVersion` (DESIGN.md §4.9).
+//! optionally conditional on a `resourceVersion` (docs/design.md §4.9).
 
 use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -255,7 +255,7 @@ pub fn stored_state(status: &VolumeMigrationStatus, version: Option<String>) -> 
     }
 }
 
-/// Checks that `vm` tracks `path` (DESIGN.md §2: object names are derived from paths, so a
+/// Checks that `vm` tracks `path` (docs/design.md §2.6: object names are derived from paths, so a
 /// different path under the same name is a collision, never the other path's mapping).
 pub fn check_tracks(vm: &VolumeMigration, path: &VolumePath) -> Result<(), StoreError> {
     match VolumePath::parse(&vm.spec.volume_path) {

@@ -1,4 +1,4 @@
-//! Leader election for `volmig run` (DESIGN.md §3, §4.2): only the holder of a
+//! Leader election for `volmig run` (docs/design.md §3.3, §4.2): only the holder of a
 //! `coordination.k8s.io/v1` Lease writes or calls the backend.
 //!
 //! [`Leadership::start`] campaigns in the background with kube-lease-manager, which
@@ -241,7 +241,7 @@ impl Leadership {
     /// True while this replica holds the lease. It turns false *before* the lease can
     /// expire (a safety margin ahead, on the monotonic clock), as soon as another holder
     /// is seen, and when this `Leadership` is released or dropped — stop starting backend
-    /// calls at once (DESIGN.md §4.2). Feed it to `registrar::LeaderGate::new`.
+    /// calls at once (docs/design.md §4.2). Feed it to `registrar::LeaderGate::new`.
     pub fn watch(&self) -> watch::Receiver<bool> {
         self.shared.subscribe()
     }

@@ -333,7 +333,7 @@ impl Metrics {
         self.inner.pvs_tracked.get()
     }
 
-    /// Counts an object found under another path's name (DESIGN.md §2).
+    /// Counts an object found under another path's name (docs/design.md §2.6).
     pub fn name_collision(&self) {
         self.inner.name_collisions.inc();
     }

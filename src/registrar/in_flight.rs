@@ -1,5 +1,5 @@
 //! When may a create that might still be running in vCenter be presumed ended
-//! (DESIGN.md §4.8, §4.10)?
+//! (docs/design.md §4.8, §4.10)?
 //!
 //! A `Registering` marker carries a token unique to one write-ahead. The grace of a marker
 //! is measured on this process's monotonic clock: from the moment this process sent the

@@ -1,4 +1,4 @@
-//! The registrar: the one component that registers vmdks as CNS volumes (DESIGN.md §4).
+//! The registrar: the one component that registers vmdks as CNS volumes (docs/design.md §4).
 //!
 //! Guarantees, per canonical path:
 //! - operations are serialized by a keyed lock, and each holder re-reads the stored state
@@ -63,7 +63,7 @@ pub mod reason {
     pub const NOT_AUTHENTICATED: &str = "NotAuthenticated";
     /// vCenter rejected the credentials: fix them (no retry loop that would lock the account).
     pub const INVALID_LOGIN: &str = "InvalidLogin";
-    /// The object named after this path tracks another path (DESIGN.md §2).
+    /// The object named after this path tracks another path (docs/design.md §2.6).
     pub const NAME_COLLISION: &str = "NameCollision";
     /// A create may still be running in vCenter; waiting for it before creating again.
     pub const CREATE_OUTCOME_UNKNOWN: &str = "CreateOutcomeUnknown";
@@ -92,7 +92,7 @@ pub struct RegistrarConfig {
     /// This replica's identity, part of every write-ahead token.
     pub instance: String,
     /// IDs the CSI driver's own cache holds for a path: the first adoption source
-    /// (DESIGN.md §8).
+    /// (docs/design.md §8.2).
     pub driver_ids: Option<DriverIds>,
 }
 

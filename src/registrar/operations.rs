@@ -171,7 +171,7 @@ impl Registrar {
             .as_ref()
             .filter(|s| s.phase == Some(Phase::Registering))
             .and_then(|s| s.marker.clone());
-        // The CSI driver's own cache is the first adoption source (DESIGN.md §8): pods may
+        // The CSI driver's own cache is the first adoption source (docs/design.md §8.2): pods may
         // already be attached with the ID it holds.
         if let Some(lookup) = &self.config.driver_ids {
             let ids = lookup(path);

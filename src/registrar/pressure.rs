@@ -1,4 +1,4 @@
-//! Bounded pressure on vCenter (DESIGN.md §4.7) and the leadership gate (§4.2): every
+//! Bounded pressure on vCenter (docs/design.md §4.7) and the leadership gate (§4.2): every
 //! backend call passes through [`CallGate::enter`].
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
-//! Protection from VM deletion and the CSI driver's ID (DESIGN.md §8): keeping the disk of
-//! a registered volume when its VM is deleted, and taking over the ID the driver's cache
-//! holds.
+//! Protection from VM deletion and the CSI driver's ID (docs/design.md §8.3, §8.2):
+//! keeping the disk of a registered volume when its VM is deleted, and taking over the ID
+//! the driver's cache holds.
 
 use tracing::{instrument, warn};
 
@@ -9,7 +9,7 @@ use crate::backend::VolumeId;
 use crate::volume_path::VolumePath;
 
 impl Registrar {
-    /// Keeps the disk of `volume_id` when its VM is deleted (DESIGN.md §8); true when it is
+    /// Keeps the disk of `volume_id` when its VM is deleted (docs/design.md §8.3); true when it is
     /// known to be protected. A failure is logged; full sync tries again.
     pub(super) async fn try_protect(&self, path: &VolumePath, volume_id: &VolumeId) -> bool {
         if self.fence(path).is_err() {
@@ -59,7 +59,7 @@ impl Registrar {
     }
 
     /// Replaces the stored ID `replaced` by `driver_id`, the ID the CSI driver's cache
-    /// holds (DESIGN.md §8: pods may be attached with it). Conditional on the stored ID
+    /// holds (docs/design.md §8.2: pods may be attached with it). Conditional on the stored ID
     /// still being `replaced`; returns false when it changed meanwhile.
     #[instrument(skip(self), fields(%path, %driver_id, %replaced))]
     pub async fn adopt_driver_id(

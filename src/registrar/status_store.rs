@@ -2,7 +2,7 @@
 //! cluster ([`crate::k8s::status::KubeStatusStore`]), or an in-memory map in tests.
 //!
 //! Every write can be made conditional on the [`Version`] the registrar read or wrote last
-//! (DESIGN.md §4.9): a volume ID is only ever written over the state it was decided on.
+//! (docs/design.md §4.9): a volume ID is only ever written over the state it was decided on.
 
 use std::time::Duration;
 
@@ -92,7 +92,7 @@ pub enum StatusUpdate {
 pub enum StoreErrorKind {
     /// A conditional write found a newer version: re-read and decide again.
     Conflict,
-    /// The object under the path's name tracks another path (DESIGN.md §2).
+    /// The object under the path's name tracks another path (docs/design.md §2.6).
     NameCollision {
         /// The `spec.volumePath` found in the object.
         found: String,

@@ -1,4 +1,4 @@
-//! `volmig report`: the read-only readiness report for a migration (DESIGN.md §3, §8).
+//! `volmig report`: the read-only readiness report for a migration (docs/design.md §3.2, §8.6).
 //!
 //! Every in-tree vSphere PV gets a row with its raw and canonical path, the phase and
 //! volume ID of its VolumeMigration, whether the vSphere CSI driver's cache object

@@ -1,6 +1,6 @@
 //! The readiness report as data: joins PVs, VolumeMigrations and the vSphere CSI driver's
 //! `CnsVSphereVolumeMigration` objects in hash maps (O(n), no per-PV lookups) and decides,
-//! per in-tree PV, whether it is ready for CSI migration (DESIGN.md §3 and §8).
+//! per in-tree PV, whether it is ready for CSI migration (docs/design.md §3.2 and §8).
 //!
 //! Pure: no I/O. [`super::fetch`] reads the inputs, [`super::render`] prints the result.
 

@@ -1,4 +1,4 @@
-//! Full sync (DESIGN.md §6): at start-up, on becoming leader and every interval, one pass
+//! Full sync (docs/design.md §6): at start-up, on becoming leader and every interval, one pass
 //! that lists PVs and CNS volumes, joins them with the VolumeMigration cache, and repairs
 //! every difference. One bad vmdk never aborts a pass; a pass with nothing to repair writes
 //! nothing.
@@ -106,7 +106,7 @@ impl FullSync {
                 became = leader.wait_for(|l| *l) => if became.is_err() { return },
             }
             // A new term starts the two-pass deletion rule afresh: what an earlier term saw
-            // missing may be long out of date (DESIGN.md §5).
+            // missing may be long out of date (docs/design.md §5.3).
             self.begin_term();
             loop {
                 if let Err(e) = self.run_pass().await {
@@ -322,7 +322,7 @@ impl FullSync {
 }
 
 /// What full sync needs of a cached VolumeMigration. An object whose name is not its
-/// path's (a name collision, DESIGN.md §2) gets no path: full sync never acts through it.
+/// path's (a name collision, docs/design.md §2.6) gets no path: full sync never acts through it.
 pub fn record(vm: &VolumeMigration) -> MigrationRecord {
     let status = vm.status.clone().unwrap_or_default();
     let mut duplicates = status.duplicate_volume_ids.unwrap_or_default();

@@ -1,4 +1,4 @@
-//! The full-sync join (DESIGN.md §6) as a pure function: PVs × VolumeMigrations × CNS
+//! The full-sync join (docs/design.md §6) as a pure function: PVs × VolumeMigrations × CNS
 //! volumes, joined by canonical path in hash maps (O(n)), to a list of repairs.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -66,7 +66,7 @@ pub enum Repair {
         others: Vec<String>,
     },
     /// The CSI driver's cache maps the path to another live volume than the status: the
-    /// driver's ID wins (pods may be attached with it, DESIGN.md §8).
+    /// driver's ID wins (pods may be attached with it, docs/design.md §8.2).
     AdoptDriverId {
         /// The path.
         path: VolumePath,

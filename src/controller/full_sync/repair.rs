@@ -1,4 +1,4 @@
-//! The repairs of a full-sync pass (DESIGN.md §6), one at a time; a failed repair is
+//! The repairs of a full-sync pass (docs/design.md §6.2), one at a time; a failed repair is
 //! logged and counted, never a reason to abort the pass.
 
 use std::collections::HashMap;

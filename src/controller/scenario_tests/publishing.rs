@@ -1,4 +1,4 @@
-//! Publishing into the CSI driver's cache (DESIGN.md §8) at the API: created once, no write
+//! Publishing into the CSI driver's cache (docs/design.md §8.1) at the API: created once, no write
 //! while in sync, never removed because no PV spells the path for a moment (a removed object
 //! is a cache miss, and on a miss the driver registers by itself), removed on unpublish.
 

@@ -1,4 +1,4 @@
-//! Fencing (DESIGN.md §4.8–4.11, issue 12): each scenario below failed on the code before
+//! Fencing (docs/design.md §4.8–4.11, issue 12): each scenario below failed on the code before
 //! the fix.
 
 use std::sync::Arc;
@@ -306,7 +306,7 @@ async fn an_id_survives_its_object_being_recreated_empty() {
     assert_eq!(f.backend.volumes_for(&p).len(), 1);
 }
 
-/// DESIGN.md §2: an object whose spec names another path is never read as this path's.
+/// docs/design.md §2.6: an object whose spec names another path is never read as this path's.
 #[tokio::test(start_paused = true)]
 async fn name_collision_fails_without_backend_calls() {
     let f = fixture(fenced_config());
