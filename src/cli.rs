@@ -188,6 +188,12 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_GC_ORPHANS")]
     pub gc_orphans: bool,
 
+    /// Decide and log what would be done (with counts in `volmig_dry_run_actions`), every
+    /// --full-sync-interval, without taking the Lease and without writing to Kubernetes
+    /// or vCenter.
+    #[arg(long, env = "VOLMIG_DRY_RUN")]
+    pub dry_run: bool,
+
     /// Use Lease-based leader election (turn off only for a single replica).
     #[arg(long, env = "VOLMIG_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,

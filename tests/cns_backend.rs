@@ -548,3 +548,31 @@ async fn already_registered_fault_adopts_the_existing_volume() {
     assert_eq!(volumes.len(), 1);
     assert_eq!(volumes[0].id, first.0);
 }
+
+#[tokio::test]
+async fn duplicates_are_ordered_by_the_fcd_creation_time_not_by_id() {
+    // CNS queries report no creation time; VSLM's `createTime` of the FCD gives it.
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let backend = connect(&sim).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    let req = request(&disk);
+    let first = backend.create_volume(&req).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = backend.create_volume(&req).await.unwrap();
+
+    let mut found = backend.find_volumes(&req.name, &disk).await.unwrap();
+    assert_eq!(found.len(), 2);
+    assert!(found.iter().all(|v| v.created.is_none()), "{found:?}");
+    volmig::backend::selection::date_volumes_of_one_disk(&backend, &mut found).await;
+    let created = |id: &VolumeId| found.iter().find(|v| v.id == *id).unwrap().created;
+    let (t1, t2) = (created(&first).unwrap(), created(&second).unwrap());
+    assert!(t1 < t2, "{first} created {t1}, {second} created {t2}");
+    assert_eq!(
+        volmig::backend::selection::oldest(&found).unwrap().id,
+        first,
+        "the oldest is kept, whichever ID sorts first"
+    );
+    let unknown = VolumeId::from("00000000-0000-0000-0000-000000000000");
+    let err = backend.creation_time(&unknown).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::NotFound, "{err}");
+}

@@ -47,9 +47,19 @@ struct State {
     protected: HashSet<VolumeId>,
     /// Registration sets `keepAfterDeleteVm` (vCenter 8.0.3 and later).
     registration_protects: bool,
+    /// Queries leave `created` out (as CNS does); only `creation_time` tells.
+    hide_created: bool,
 }
 
 impl State {
+    /// `v` as a query reports it.
+    fn reported(&self, v: &CnsVolume) -> CnsVolume {
+        CnsVolume {
+            created: v.created.filter(|_| !self.hide_created),
+            ..v.clone()
+        }
+    }
+
     /// Registers `request` now and returns the new ID.
     fn register(&mut self, request: &CreateVolumeRequest) -> VolumeId {
         self.next_id += 1;
@@ -183,6 +193,15 @@ impl InMemoryBackend {
             .collect()
     }
 
+    /// Gives volume `from` the ID `to`, e.g. to make IDs sort against creation order.
+    pub fn rename_volume(&self, from: &VolumeId, to: &VolumeId) {
+        let mut s = self.lock();
+        if let Some(mut v) = s.volumes.remove(from) {
+            v.id = to.clone();
+            s.volumes.insert(to.clone(), v);
+        }
+    }
+
     /// Removes a registration behind the registrar's back (vCenter "forgets").
     pub fn forget_volume(&self, id: &VolumeId) {
         self.lock().volumes.remove(id);
@@ -193,6 +212,12 @@ impl InMemoryBackend {
     /// the default).
     pub fn set_registration_protects(&self, protects: bool) {
         self.lock().registration_protects = protects;
+    }
+
+    /// Whether queries report each volume's creation time (`true`, the default) or leave
+    /// it out as CNS does (`false`: only [`VolumeBackend::creation_time`] tells).
+    pub fn set_queries_report_created(&self, report: bool) {
+        self.lock().hide_created = !report;
     }
 
     /// Whether the volume's disk carries `keepAfterDeleteVm` (set by a call or by
@@ -274,12 +299,11 @@ impl VolumeBackend for InMemoryBackend {
         if let Some(Fault::Fail(class)) = fault {
             return Err(injected(class, op::FIND));
         }
-        Ok(self
-            .lock()
-            .volumes
+        let s = self.lock();
+        Ok(s.volumes
             .values()
             .filter(|v| v.name == name || v.backing_path.as_ref() == Some(path))
-            .cloned()
+            .map(|v| s.reported(v))
             .collect())
     }
 
@@ -351,7 +375,7 @@ impl VolumeBackend for InMemoryBackend {
         let mut iter = s
             .volumes
             .range((start, std::ops::Bound::Unbounded))
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| s.reported(v))
             .take(PAGE_SIZE + 1);
         let volumes: Vec<CnsVolume> = iter.by_ref().take(PAGE_SIZE).collect();
         let next = iter.next().map(|v| v.id.0);
@@ -372,6 +396,17 @@ impl VolumeBackend for InMemoryBackend {
         }
         s.protected.insert(id.clone());
         Ok(Protection::FlagSet)
+    }
+
+    async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
+        let (_g, fault) = self.enter(op::CREATION_TIME).await;
+        if let Some(Fault::Fail(class)) = fault {
+            return Err(injected(class, op::CREATION_TIME));
+        }
+        match self.lock().volumes.get(id) {
+            Some(v) => Ok(v.created),
+            None => Err(unknown_volume(op::CREATION_TIME, id)),
+        }
     }
 
     async fn is_protected(&self, id: &VolumeId) -> Result<bool> {

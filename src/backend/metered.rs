@@ -91,6 +91,11 @@ impl VolumeBackend for MeteredBackend {
         self.metered(op::IS_PROTECTED, self.inner.is_protected(id))
             .await
     }
+
+    async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
+        self.metered(op::CREATION_TIME, self.inner.creation_time(id))
+            .await
+    }
 }
 
 #[cfg(test)]

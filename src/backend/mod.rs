@@ -141,6 +141,8 @@ pub mod op {
     pub const PROTECT: &str = "VslmSetVStorageObjectControlFlags";
     /// [`super::VolumeBackend::is_protected`].
     pub const IS_PROTECTED: &str = "VslmRetrieveVStorageObject";
+    /// [`super::VolumeBackend::creation_time`] (the FCD's `createTime`).
+    pub const CREATION_TIME: &str = "VslmRetrieveVStorageObject";
     /// `RegisterDisk`, part of [`super::VolumeBackend::create_volume`] on vCenter 7.0.0.
     pub const REGISTER_DISK: &str = "RegisterDisk";
 }
@@ -208,6 +210,14 @@ pub trait VolumeBackend: Send + Sync + 'static {
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         let _ = id;
         Err(not_supported(op::PROTECT))
+    }
+
+    /// When the volume was created (the FCD's `createTime`), where the backend can tell;
+    /// asked only for duplicates, whose oldest is kept (see [`selection`]). A volume that
+    /// does not exist is an error of class [`ErrorClass::NotFound`].
+    async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
+        let _ = id;
+        Ok(None)
     }
 
     /// Whether the volume's disk already carries `keepAfterDeleteVm` (always true where

@@ -348,6 +348,10 @@ impl VolumeBackend for OnDemandBackend {
         self.forward(|b| async move { b.is_protected(id).await })
             .await
     }
+    async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
+        self.forward(|b| async move { b.creation_time(id).await })
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kube::api::Api;
 use tracing::info;
 
-use super::Context;
+use super::{Context, PvIndex};
 use crate::backend::VolumeId;
 use crate::k8s::driver_cache::{
     CnsVSphereVolumeMigration, DriverChange, DriverIndex, apply_changes, desired_objects,
@@ -38,25 +38,37 @@ pub async fn publish(
     let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
         return Ok(0);
     };
-    let spellings = ctx.index.spellings_for(path);
+    let changes = publish_changes(&driver.index, &ctx.index, path, id, protected);
+    apply(driver, id, &changes).await
+}
+
+/// What [`publish`] would change (pure over the two indexes): the driver's objects of
+/// `id` made to match the spellings of `path` by its PVs now.
+pub fn publish_changes(
+    driver: &DriverIndex,
+    pvs: &PvIndex,
+    path: &VolumePath,
+    id: &VolumeId,
+    protected: bool,
+) -> Vec<DriverChange> {
+    let spellings = pvs.spellings_for(path);
     if spellings.is_empty() {
         // No PV spells the path (now): the objects go only with the registration
         // (`unpublish`), never because a PV list was briefly empty — a removed object is
         // a cache miss, and on a miss the driver registers by itself.
-        return Ok(0);
+        return Vec::new();
     }
     let desired = desired_objects(id, &spellings, protected);
-    let mut changes = plan_changes(id, &desired, &driver.index.objects_of(id));
+    let mut changes = plan_changes(id, &desired, &driver.objects_of(id));
     // volmig's own objects that map this path to another ID (the mapping changed, e.g.
     // the driver's ID won) would give the driver two answers for one path.
     changes.extend(
         driver
-            .index
             .stale_ours(path, id)
             .into_iter()
             .map(DriverChange::Delete),
     );
-    apply(driver, id, &changes).await
+    changes
 }
 
 /// Removes the driver's objects of `id` (the registration is gone).

@@ -30,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
 
 mod driver;
+mod dry_run;
 mod leadership;
 mod readiness;
 
@@ -109,6 +110,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .lease_holder_id
         .clone()
         .unwrap_or_else(default_holder_id);
+    if args.dry_run {
+        return dry_run::run(args, holder_id).await;
+    }
     let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let health = Health::new();

@@ -37,3 +37,25 @@ pub async fn kube_client_as(
     config.headers.push((::http::header::USER_AGENT, agent));
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
+
+/// Lists every object of `api` page by page (`page_size` items, `continue` tokens) and
+/// hands each page's items to `each`: one page in memory at a time.
+pub async fn for_each_page<K, F>(
+    api: &kube::Api<K>,
+    page_size: u32,
+    mut each: F,
+) -> kube::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: FnMut(Vec<K>),
+{
+    let mut params = kube::api::ListParams::default().limit(page_size);
+    loop {
+        let page = api.list(&params).await?;
+        each(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}

@@ -143,6 +143,12 @@ pub(super) struct PhaseLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct DryRunLabels {
+    pub(super) source: String,
+    pub(super) action: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(super) struct ActionLabels {
     pub(super) action: SyncAction,
 }

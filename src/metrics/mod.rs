@@ -25,8 +25,8 @@ mod labels;
 mod process;
 
 use labels::{
-    ActionLabels, BackendLabels, BuildLabels, OperationLabels, PHASES, PassLabels, PhaseLabels,
-    PhaseValue, ReasonLabels, RegistrationLabels, pass_labels,
+    ActionLabels, BackendLabels, BuildLabels, DryRunLabels, OperationLabels, PHASES, PassLabels,
+    PhaseLabels, PhaseValue, ReasonLabels, RegistrationLabels, pass_labels,
 };
 pub use labels::{BackendResult, RegistrationResult, SyncAction};
 
@@ -73,6 +73,7 @@ struct Inner {
     driver_objects_missing: Gauge,
     reconcile_failures: Family<ReasonLabels, Counter>,
     name_collisions: Counter,
+    dry_run_actions: Family<DryRunLabels, Gauge>,
 }
 
 /// All of volmig's metrics behind one cloneable handle.
@@ -110,6 +111,7 @@ impl Metrics {
             full_sync_last_success: Gauge::default(),
             driver_objects_missing: Gauge::default(),
             name_collisions: Counter::default(),
+            dry_run_actions: Family::default(),
             reconcile_failures: Family::default(),
         };
         inner.build_info.get_or_create(&BuildLabels::CURRENT).set(1);
@@ -189,6 +191,18 @@ impl Metrics {
             .full_sync_passes
             .get_or_create(&pass_labels(ok))
             .inc();
+    }
+
+    /// Sets how many actions of kind `action` the last dry-run pass found for `source`
+    /// (`reconcile`, `full_sync`, `publish`).
+    pub fn set_dry_run_actions(&self, source: &str, action: &str, n: usize) {
+        self.inner
+            .dry_run_actions
+            .get_or_create(&DryRunLabels {
+                source: source.to_owned(),
+                action: action.to_owned(),
+            })
+            .set(gauge_value(n));
     }
 
     /// Adds `n` repairs of kind `action` made by a full-sync pass.
@@ -397,6 +411,11 @@ fn register_all(m: &mut Inner) {
         "Duration of full-sync passes",
         Unit::Seconds,
         m.full_sync_duration.clone(),
+    );
+    r.register(
+        "dry_run_actions",
+        "What the last dry-run pass (volmig run --dry-run) would have done, by source and action",
+        m.dry_run_actions.clone(),
     );
     r.register(
         "full_sync_actions",

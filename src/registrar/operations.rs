@@ -10,6 +10,7 @@ use super::{
     choose_adoptee, create_request,
 };
 use crate::api::Phase;
+use crate::backend::selection::date_volumes_of_one_disk;
 use crate::backend::{ErrorClass, VolumeId};
 use crate::volume_path::VolumePath;
 
@@ -176,7 +177,13 @@ impl Registrar {
         if let Some(lookup) = &self.config.driver_ids {
             let ids = lookup(path);
             if !ids.is_empty() {
-                let live = self.call(path, || self.backend.volumes_by_id(&ids)).await?;
+                let live = self
+                    .call(path, || async {
+                        let mut live = self.backend.volumes_by_id(&ids).await?;
+                        date_volumes_of_one_disk(self.backend.as_ref(), &mut live).await;
+                        Ok(live)
+                    })
+                    .await?;
                 if let Some(volume) = crate::backend::selection::oldest(&live) {
                     info!(%path, volume_id = %volume.id, "adopting the ID the CSI driver's cache holds");
                     return self
@@ -189,7 +196,11 @@ impl Registrar {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
             let existing = self
-                .call(path, || self.backend.find_volumes(&request.name, path))
+                .call(path, || async {
+                    let mut found = self.backend.find_volumes(&request.name, path).await?;
+                    date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
+                    Ok(found)
+                })
                 .await?;
             if let Some(volume) = choose_adoptee(&existing, &request.name) {
                 return self

@@ -344,4 +344,12 @@ impl VolumeBackend for CnsBackend {
             .await
             .map_err(|e| fault::about(e, &format!("CNS volume {id}")))
     }
+
+    async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
+        self.inner
+            .vslm
+            .create_time(&self.inner.client, op::CREATION_TIME, id)
+            .await
+            .map_err(|e| fault::about(e, &format!("CNS volume {id}")))
+    }
 }

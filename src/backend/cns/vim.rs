@@ -106,6 +106,9 @@ pub(crate) struct VStorageObjectConfigInfo {
     /// Set when the FCD survives the deletion of a VM it is attached to.
     #[serde(rename = "keepAfterDeleteVm")]
     pub keep_after_delete_vm: Option<bool>,
+    /// When the FCD was created (`xsd:dateTime`).
+    #[serde(rename = "createTime")]
+    pub create_time: Option<String>,
 }
 
 /// `PropertyCollector.RetrievePropertiesEx`.

@@ -114,6 +114,40 @@ impl Vslm {
         operation: &'static str,
         id: &VolumeId,
     ) -> Result<bool, BackendError> {
+        let object = self.retrieve(client, operation, id).await?;
+        Ok(object.config.keep_after_delete_vm.unwrap_or(false))
+    }
+
+    /// When the FCD `id` was created; `None` when the server does not say. A time that
+    /// does not parse is a malformed response.
+    pub async fn create_time(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+        id: &VolumeId,
+    ) -> Result<Option<jiff::Timestamp>, BackendError> {
+        let object = self.retrieve(client, operation, id).await?;
+        object
+            .config
+            .create_time
+            .map(|t| {
+                parse_date_time(&t).ok_or_else(|| {
+                    super::fault::malformed(
+                        operation,
+                        client.sdk_url().as_str(),
+                        &format!("createTime {t:?} of FCD {id} is not an xsd:dateTime"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    async fn retrieve(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+        id: &VolumeId,
+    ) -> Result<VStorageObject, BackendError> {
         let manager = self.manager(client, operation).await?;
         let request = VslmRetrieveVStorageObject {
             this: manager,
@@ -127,11 +161,22 @@ impl Vslm {
                 &request,
             )
             .await?;
-        let object = response.returnval.ok_or_else(|| {
+        response.returnval.ok_or_else(|| {
             super::fault::malformed(operation, client.sdk_url().as_str(), "no VStorageObject")
-        })?;
-        Ok(object.config.keep_after_delete_vm.unwrap_or(false))
+        })
     }
+}
+
+/// Parses an `xsd:dateTime` as vCenter writes it (`2024-05-01T10:00:00.123Z`, or with an
+/// offset); one without a zone is taken as UTC.
+fn parse_date_time(text: &str) -> Option<jiff::Timestamp> {
+    let text = text.trim();
+    text.parse::<jiff::Timestamp>().ok().or_else(|| {
+        text.parse::<jiff::civil::DateTime>()
+            .ok()
+            .and_then(|dt| dt.to_zoned(jiff::tz::TimeZone::UTC).ok())
+            .map(|z| z.timestamp())
+    })
 }
 
 #[cfg(test)]
@@ -191,9 +236,24 @@ mod tests {
         let config = object.returnval.unwrap().config;
         assert_eq!(config.id.id, "f9b4c1e2-0000-4a4a-9e9e-000000000001");
         assert_eq!(config.keep_after_delete_vm, Some(true));
+        assert_eq!(
+            config.create_time.as_deref().and_then(parse_date_time),
+            Some("2024-06-01T12:00:00Z".parse().unwrap())
+        );
         let xml = include_str!("fixtures/vslm_set_flags.xml");
         let empty: Returnval<String> = parse_response(xml).unwrap();
         assert!(empty.returnval.is_none());
+    }
+
+    #[test]
+    fn create_times_parse_as_vcenter_writes_them() {
+        let utc: jiff::Timestamp = "2024-06-01T12:00:00Z".parse().unwrap();
+        assert_eq!(parse_date_time("2024-06-01T12:00:00Z"), Some(utc));
+        assert_eq!(parse_date_time(" 2024-06-01T12:00:00.000Z "), Some(utc));
+        assert_eq!(parse_date_time("2024-06-01T14:00:00+02:00"), Some(utc));
+        assert_eq!(parse_date_time("2024-06-01T12:00:00"), Some(utc));
+        assert_eq!(parse_date_time("yesterday"), None);
+        assert_eq!(parse_date_time(""), None);
     }
 
     #[test]

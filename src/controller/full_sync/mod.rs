@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,9 @@ use tracing::{Instrument, info, info_span, warn};
 use super::Context;
 use super::pv_index::{PvVolume, pv_volume};
 use crate::api::{Phase, VolumeMigration};
+use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
+use crate::k8s::client::for_each_page;
 use crate::volume_path::VolumePath;
 
 pub mod plan;
@@ -159,9 +161,11 @@ impl FullSync {
     async fn pass(&self) -> Result<PassSummary, Error> {
         super::pv_watcher::report_invalid_paths(&self.ctx).await;
         let pvs = self.list_pvs().await?;
-        let volumes = list_all_volumes(self.ctx.registrar.backend().as_ref())
+        let backend = self.ctx.registrar.backend();
+        let mut volumes = list_all_volumes(backend.as_ref())
             .await
             .map_err(Error::ListVolumes)?;
+        date_possible_duplicates(backend.as_ref(), &mut volumes).await;
         let migrations: Vec<MigrationRecord> = self
             .migrations
             .state()
@@ -225,26 +229,7 @@ impl FullSync {
 
     /// Lists PVs page by page, keeping only valid in-tree paths.
     async fn list_pvs(&self) -> Result<HashMap<VolumePath, Vec<String>>, Error> {
-        let mut by_path: HashMap<VolumePath, Vec<String>> = HashMap::new();
-        let mut params = ListParams::default().limit(PAGE_SIZE);
-        loop {
-            let page = self.pvs.list(&params).await.map_err(Error::ListPvs)?;
-            for pv in &page.items {
-                if let (Some(PvVolume::Valid(path)), Some(name)) =
-                    (pv_volume(pv), &pv.metadata.name)
-                {
-                    by_path.entry(path).or_default().push(name.clone());
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        for names in by_path.values_mut() {
-            names.sort();
-        }
-        Ok(by_path)
+        list_pvs_by_path(&self.pvs).await
     }
 
     /// IDs the CSI driver's cache holds for the paths in use.
@@ -319,6 +304,26 @@ impl FullSync {
             .collect();
         self.ctx.metrics.set_volumes_by_phase(&counts);
     }
+}
+
+/// Lists PVs page by page: the names of the PVs of every valid in-tree path (sorted).
+pub async fn list_pvs_by_path(
+    api: &Api<PersistentVolume>,
+) -> Result<HashMap<VolumePath, Vec<String>>, Error> {
+    let mut by_path: HashMap<VolumePath, Vec<String>> = HashMap::new();
+    for_each_page(api, PAGE_SIZE, |items| {
+        for pv in &items {
+            if let (Some(PvVolume::Valid(path)), Some(name)) = (pv_volume(pv), &pv.metadata.name) {
+                by_path.entry(path).or_default().push(name.clone());
+            }
+        }
+    })
+    .await
+    .map_err(Error::ListPvs)?;
+    for names in by_path.values_mut() {
+        names.sort();
+    }
+    Ok(by_path)
 }
 
 /// What full sync needs of a cached VolumeMigration. An object whose name is not its

@@ -460,5 +460,35 @@ fn adoption_prefers_own_name_then_oldest() {
     assert!(choose_adoptee(&[], "none").is_none());
 }
 
+#[tokio::test(start_paused = true)]
+async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_times() {
+    let f = fixture(config());
+    let p = path(3);
+    f.backend.add_disk(&p);
+    let request = crate::backend::CreateVolumeRequest {
+        path: p.clone(),
+        name: p.cns_volume_name(),
+        cluster_id: "cluster-1".into(),
+        storage_policy_name: None,
+    };
+    // Two volumes carrying volmig's name: the older one's ID sorts last.
+    let first = f.backend.create_volume(&request).await.unwrap();
+    let second = f.backend.create_volume(&request).await.unwrap();
+    let (older, newer) = (VolumeId::from("zz-older"), VolumeId::from("aa-newer"));
+    f.backend.rename_volume(&first, &older);
+    f.backend.rename_volume(&second, &newer);
+    f.backend.set_queries_report_created(false);
+
+    let reg = f.registrar.register(&p).await.unwrap();
+    assert!(reg.adopted);
+    assert_eq!(reg.volume_id, older, "the oldest, not the smallest ID");
+    assert_eq!(f.backend.calls(op::CREATION_TIME), 2);
+    assert_eq!(
+        f.backend.calls(op::CREATE),
+        2,
+        "the two set-up creates only"
+    );
+}
+
 mod fencing;
 mod interleavings;
