@@ -289,3 +289,7 @@ mod tests {
         assert!(e.to_string().contains("have no user"), "{e}");
     }
 }
+
+#[cfg(test)]
+#[path = "credentials_proptests.rs"]
+mod proptests;

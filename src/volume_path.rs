@@ -259,3 +259,7 @@ pub fn is_dns1123_label(name: &str) -> bool {
 #[cfg(test)]
 #[path = "volume_path_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "volume_path_proptests.rs"]
+mod proptests;

@@ -412,3 +412,7 @@ pub fn quote(value: &str) -> String {
 #[cfg(test)]
 #[path = "csi_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "csi_proptests.rs"]
+mod proptests;

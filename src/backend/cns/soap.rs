@@ -271,3 +271,7 @@ pub(crate) fn parse_fault(xml: &str) -> Option<Fault> {
 #[cfg(test)]
 #[path = "soap_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "soap_proptests.rs"]
+mod proptests;
