@@ -43,12 +43,32 @@ impl Cluster {
     /// Starts the API test server (or connects to `VOLMIG_E2E_KUBECONFIG`), installs the
     /// CRD and the `kube-system` namespace.
     pub async fn start() -> Cluster {
+        let real = std::env::var_os("VOLMIG_E2E_KUBECONFIG").map(PathBuf::from);
+        let mut cluster = Cluster::connect(real).await;
+        if cluster.server.is_some() && chart_identity_enabled() {
+            cluster.install_chart_identity(&chart_rbac());
+        }
+        cluster
+    }
+
+    /// Like [`Cluster::start`], but always on the API test server (even when
+    /// `VOLMIG_E2E_KUBECONFIG` is set) and with `objects` (e.g. [`chart_rbac_without`]) as
+    /// the daemon's identity, whatever `VOLMIG_E2E_IDENTITY` says.
+    pub async fn start_with_identity(objects: &[serde_json::Value]) -> Cluster {
+        let mut cluster = Cluster::connect(None).await;
+        cluster.install_chart_identity(objects);
+        cluster
+    }
+
+    /// Connects to the real cluster at `real`, or starts the API test server; installs the
+    /// CRD and the `kube-system` namespace. The daemon's identity is the admin's.
+    async fn connect(real: Option<PathBuf>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("volmig-e2e-")
             .tempdir()
             .expect("temp dir");
-        let (server, kubeconfig) = match std::env::var_os("VOLMIG_E2E_KUBECONFIG") {
-            Some(path) => (None, PathBuf::from(path)),
+        let (server, kubeconfig) = match real {
+            Some(path) => (None, path),
             None => {
                 let server = kube_testserver::TestServer::start(Default::default())
                     .await
@@ -61,7 +81,7 @@ impl Cluster {
         let client = volmig::daemon::kube_client(Some(&kubeconfig))
             .await
             .expect("client");
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             server,
             daemon_kubeconfig: kubeconfig.clone(),
             kubeconfig,
@@ -74,9 +94,6 @@ impl Cluster {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-system"}}))
                 .expect("namespace");
         let _ = namespaces.create(&PostParams::default(), &ns).await;
-        if cluster.server.is_some() && chart_identity_enabled() {
-            cluster.install_chart_identity(&chart_rbac());
-        }
         cluster
     }
 
@@ -152,6 +169,25 @@ impl Cluster {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("install CRD: {e}"),
         }
+    }
+
+    /// Installs the vSphere CSI driver's `CnsVSphereVolumeMigration` CRD (as the admin) and
+    /// waits until it is served.
+    pub async fn install_driver_crd(&self) {
+        use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+        let yaml = volmig::k8s::driver_cache::crd_yaml().expect("render the driver's CRD");
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("parse CRD");
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .expect("install the driver's CRD");
+        let api: Api<CnsVSphereVolumeMigration> = Api::all(self.client.clone());
+        wait_for(
+            Duration::from_secs(30),
+            "the driver's CRD served",
+            || async { api.list(&ListParams::default()).await.ok().map(drop) },
+        )
+        .await;
     }
 
     /// Writes made to the API test server so far (`None` on a real cluster).
@@ -538,6 +574,11 @@ impl Daemon {
                 .args([format!("-{signal}"), pid.to_string()])
                 .status();
         }
+    }
+
+    /// The exit status if the daemon has exited on its own (without waiting).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("poll the daemon")
     }
 
     /// SIGKILL and reap.
