@@ -1,6 +1,30 @@
 //! End-to-end tests of the fencing rules (docs/design.md §2.6, §4.8–4.10; issue 12): unknown
 //! create outcomes, a create outliving its daemon, and name collisions. Real `volmig`
 //! binary, the API test server and the govmomi simulator harness.
+//!
+//! How these tests (and `tests/vcenter_login.rs`) were checked against the unfixed code:
+//! the parent of the fix, 97c6764, built in a worktree with its own target dir, then
+//! `VOLMIG_E2E_BIN=<that>/debug/volmig cargo nextest run --test e2e_fencing --test
+//! vcenter_login` (chart RBAC identity; `--vc-request-timeout`, `--vc-task-timeout` and
+//! `--csi-config` dropped, the old binary has none). Results at 97c6764 (all pass at the
+//! fix and later):
+//!
+//! | test | at 97c6764 |
+//! |---|---|
+//! | lost_create_replies (a) | FAIL: 11 of 12 vmdks with two CNS volumes |
+//! | failing_task_polls (a) | FAIL: 6 of 6 vmdks with two CNS volumes |
+//! | a_deposed_leader (b) | FAIL: `CnsCreateVolume` calls 2, not 1, after the wake-up |
+//! | successor_waits (c) | FAIL: successor created: `CnsCreateVolume` calls 2, not 1 |
+//! | name_collision (d) | FAIL: Q never Registered (120 s); no Event, no wrong ID (1) |
+//! | wrong_password (e) | FAIL: status wait timed out (2); 408 `Login`s in 40 s |
+//! | rotated_password | FAIL, not a fencing case: 97c6764 has no `--csi-config` |
+//!
+//! (1) The squatter's 16-hex name is not the old 8-hex name of P, so the old binary
+//! takes it as an object of Q and fails forever on Q's own (absent) object. A squatter
+//! with P's 8-hex name (an ad-hoc variant) gives the same: both paths stuck, reason
+//! `BackendUnavailable`. (2) The test finds objects by the current (16-hex) name; an
+//! ad-hoc count 40 s after the first `Login` gave 408 `Login` calls, all refused (the fix:
+//! 1 per 60 s).
 
 #![allow(
     clippy::expect_used,
@@ -211,10 +235,13 @@ async fn name_collision_never_publishes_another_paths_id() {
     );
     one_volume_each(&sim, &ids).await;
 
-    let lookup = tokio::process::Command::new(env!("CARGO_BIN_EXE_volmig"))
-        .args(["lookup", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .arg(&p)
+    let lookup = tokio::process::Command::new(e2e::volmig_bin())
+        .args(e2e::compat_args(vec![
+            "lookup".into(),
+            "--kubeconfig".into(),
+            cluster.kubeconfig.display().to_string(),
+            p.clone(),
+        ]))
         .output()
         .await
         .expect("run volmig lookup");

@@ -39,16 +39,16 @@ impl Volmig {
     fn spawn(cluster: &Cluster, name: &str, flags: &[String]) -> Volmig {
         let log = cluster.path(&format!("{name}.log"));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_volmig"))
-            .arg("run")
-            .arg(format!(
-                "--kubeconfig={}",
-                cluster.daemon_kubeconfig.display()
-            ))
-            .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
-            .arg(format!("--lease-holder-id={name}"))
-            .arg("--full-sync-interval=2s")
-            .args(flags)
+        let mut args = vec![
+            "run".to_owned(),
+            format!("--kubeconfig={}", cluster.daemon_kubeconfig.display()),
+            format!("--http-addr=127.0.0.1:{}", free_port()),
+            format!("--lease-holder-id={name}"),
+            "--full-sync-interval=2s".to_owned(),
+        ];
+        args.extend_from_slice(flags);
+        let child = Command::new(e2e::volmig_bin())
+            .args(e2e::compat_args(args))
             .env("VOLMIG_LOG", "info,volmig=debug,kube_runtime=warn")
             .env_remove("VOLMIG_VC_USERNAME")
             .env_remove("VOLMIG_VC_PASSWORD")

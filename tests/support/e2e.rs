@@ -1,6 +1,12 @@
 //! End-to-end harness: a Kubernetes API (the repository's test server, or a real cluster
 //! when `VOLMIG_E2E_KUBECONFIG` is set), the vCenter simulator, and the real `volmig`
 //! binary as a child process.
+//!
+//! `VOLMIG_E2E_BIN=<path>` runs another `volmig` binary instead of this build's (e.g. one
+//! built from an older commit, to see a test fail against the unfixed code). Every spawn
+//! goes through [`volmig_bin`] and [`compat_args`]: with the variable set, flags that
+//! `<bin> <subcommand> --help` does not list are dropped (with their value) and named on
+//! stderr; unset, the arguments are passed unchanged.
 #![allow(dead_code)] // each test crate uses a different subset
 #![allow(
     clippy::expect_used,
@@ -509,8 +515,8 @@ impl Daemon {
             args.push(flag);
             args.extend(value);
         }
-        let child = Command::new(env!("CARGO_BIN_EXE_volmig"))
-            .args(&args)
+        let child = Command::new(volmig_bin())
+            .args(compat_args(args))
             .env(
                 "VOLMIG_LOG",
                 std::env::var("VOLMIG_E2E_LOG")
@@ -590,6 +596,82 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// The switch: `VOLMIG_E2E_BIN=<path>` runs that `volmig` binary in the e2e tests.
+pub const BIN_ENV: &str = "VOLMIG_E2E_BIN";
+
+/// The `volmig` binary under test: `VOLMIG_E2E_BIN`, else this build's.
+pub fn volmig_bin() -> PathBuf {
+    std::env::var_os(BIN_ENV).map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_volmig")),
+        PathBuf::from,
+    )
+}
+
+/// `args` (subcommand first) for [`volmig_bin`]: unchanged unless `VOLMIG_E2E_BIN` is set;
+/// then every `--flag` (`--flag value` or `--flag=value`) that `<bin> <subcommand> --help`
+/// does not list is dropped, and the dropped ones are named on stderr.
+pub fn compat_args(args: Vec<String>) -> Vec<String> {
+    if std::env::var_os(BIN_ENV).is_none() {
+        return args;
+    }
+    let Some(subcommand) = args.first().cloned() else {
+        return args;
+    };
+    let known = known_flags(&subcommand);
+    let mut kept = vec![subcommand.clone()];
+    let mut dropped = Vec::new();
+    let mut rest = args.into_iter().skip(1).peekable();
+    while let Some(arg) = rest.next() {
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+        if !flag.starts_with("--") || known.contains(flag) {
+            kept.push(arg);
+            continue;
+        }
+        dropped.push(arg.clone());
+        if !arg.contains('=')
+            && let Some(value) = rest.next_if(|v| !v.starts_with("--"))
+        {
+            dropped.push(value);
+        }
+    }
+    if !dropped.is_empty() {
+        eprintln!(
+            "{BIN_ENV}: {} {subcommand} does not know, dropped: {}",
+            volmig_bin().display(),
+            dropped.join(" ")
+        );
+    }
+    kept
+}
+
+/// The `--flags` `<bin> <subcommand> --help` lists, once per subcommand.
+fn known_flags(subcommand: &str) -> std::collections::BTreeSet<String> {
+    static CACHE: std::sync::Mutex<
+        std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    > = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    cache
+        .entry(subcommand.to_owned())
+        .or_insert_with(|| {
+            let output = std::process::Command::new(volmig_bin())
+                .args([subcommand, "--help"])
+                .output()
+                .expect("run <VOLMIG_E2E_BIN> <subcommand> --help");
+            assert!(
+                output.status.success(),
+                "{} {subcommand} --help: {}",
+                volmig_bin().display(),
+                helm::describe(&output)
+            );
+            String::from_utf8_lossy(&output.stdout)
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .filter(|w| w.starts_with("--") && w.len() > 2)
+                .map(str::to_owned)
+                .collect()
+        })
+        .clone()
 }
 
 /// Path of the repository root.
