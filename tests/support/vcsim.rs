@@ -442,6 +442,80 @@ impl Vcsim {
         (m.vcenter_version, m.about_version, m.about_api_version)
     }
 
+    /// Hostile answers: from now on every SOAP call of `method` (every SOAP call with
+    /// `None`) gets the answer `kind` instead of the simulator's: `malformed-xml`,
+    /// `garbage-xml`, `huge-body`, `deep-nesting`, `html-login`, `redirect`, `slowloris`,
+    /// `unknown-fault`; `""` turns it off (see `clear_hostile`). The admin endpoints are
+    /// never affected. Parameters: `set_redirect`, `set_hostile_size`,
+    /// `set_hostile_depth`, `set_slowloris_interval`, `set_unknown_fault_name`.
+    pub async fn set_hostile(&self, kind: &str, method: Option<&str>) {
+        self.patch_modes(
+            serde_json::json!({ "hostile": kind, "hostileMethod": method.unwrap_or("") }),
+        )
+        .await;
+    }
+
+    /// Turns hostile answers off (the parameters stay).
+    pub async fn clear_hostile(&self) {
+        self.set_hostile("", None).await;
+    }
+
+    /// The hostile part of `GET /debug/modes`: `(hostile, hostileMethod)`.
+    pub async fn hostile(&self) -> (String, String) {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/modes", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: modes: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("vcsim admin: modes JSON {text:?}: {e}"));
+        (
+            v["hostile"].as_str().unwrap_or_default().to_string(),
+            v["hostileMethod"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// The `redirect` answer: HTTP `status` (3xx) with `Location: {to}{request path}`.
+    pub async fn set_redirect(&self, to: &str, status: u16) {
+        self.patch_modes(serde_json::json!({ "redirectTo": to, "redirectStatus": status }))
+            .await;
+    }
+
+    /// Size of the streamed `huge-body` answer (default 100 MiB).
+    pub async fn set_hostile_size(&self, bytes: u64) {
+        self.patch_modes(serde_json::json!({ "hostileSizeBytes": bytes }))
+            .await;
+    }
+
+    /// Nesting of the `deep-nesting` answer (default 10,000 elements).
+    pub async fn set_hostile_depth(&self, depth: u32) {
+        self.patch_modes(serde_json::json!({ "hostileDepth": depth }))
+            .await;
+    }
+
+    /// Pause between the bytes of a `slowloris` answer (default 2 s).
+    pub async fn set_slowloris_interval(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.patch_modes(serde_json::json!({ "slowlorisIntervalMs": ms }))
+            .await;
+    }
+
+    /// Fault type (`xsi:type`) of the `unknown-fault` answer (default
+    /// `VolmigHarnessUnknownFault`).
+    pub async fn set_unknown_fault_name(&self, name: &str) {
+        self.patch_modes(serde_json::json!({ "faultName": name }))
+            .await;
+    }
+
+    /// The server certificate for new TLS connections: `rsa1024` (an RSA-1024 key, right
+    /// names, signed by the harness CA), `wrong-name` (signed by the CA, but only for
+    /// `vcenter.wrong-name.example`) or `""` (the normal one). The admin client verifies
+    /// the certificate too, so after `rsa1024`/`wrong-name` only admin requests on an
+    /// already open connection work: set it last.
+    pub async fn set_tls_cert(&self, kind: &str) {
+        self.patch_modes(serde_json::json!({ "tlsCert": kind }))
+            .await;
+    }
+
     /// Changes what `Login` accepts (a password rotation); sessions already open stay.
     /// `Vcsim::username`/`password` (used by `soap()`) follow.
     pub async fn set_credentials(&mut self, username: &str, password: &str) {

@@ -20,6 +20,12 @@ pub(crate) mod names {
     pub const HTTP: &str = "HttpStatus";
     /// The server's answer was not the expected XML.
     pub const INVALID_RESPONSE: &str = "InvalidResponse";
+    /// The server answered with something else than XML (e.g. an HTML login page).
+    pub const CONTENT_TYPE: &str = "UnexpectedContentType";
+    /// The server's answer was larger than volmig reads.
+    pub const TOO_LARGE: &str = "ResponseTooLarge";
+    /// The server answered with a redirect, which volmig never follows.
+    pub const REDIRECT: &str = "HttpRedirect";
     /// The datastore of a volume path is not in the searched datacenters.
     pub const DATASTORE_NOT_FOUND: &str = "DatastoreNotFound";
     /// A datastore name exists in more than one searched datacenter.
@@ -75,6 +81,75 @@ pub(crate) fn from_status(operation: &'static str, url: &str, status: u16) -> Ba
     )
 }
 
+/// A backend error for a 3xx answer: volmig never follows redirects, so the request (a
+/// `Login` body with the password, a session cookie) never reaches `location`.
+pub(crate) fn redirect(
+    operation: &'static str,
+    url: &str,
+    status: u16,
+    location: Option<&str>,
+) -> BackendError {
+    let target = location.map_or_else(
+        || "without a Location".to_owned(),
+        |l| format!("to {}", printable(l, 200)),
+    );
+    BackendError::new(
+        ErrorClass::Transient,
+        operation,
+        names::REDIRECT,
+        format!(
+            "{url} answered HTTP {status}, a redirect {target}; volmig does not follow \
+             redirects (nothing was sent there): set --vc-url to the address vCenter \
+             itself answers on"
+        ),
+    )
+}
+
+/// A backend error for an answer that is not XML (e.g. a proxy's or SSO portal's HTML
+/// login page).
+pub(crate) fn content_type(
+    operation: &'static str,
+    url: &str,
+    status: u16,
+    content_type: &str,
+) -> BackendError {
+    BackendError::new(
+        ErrorClass::Transient,
+        operation,
+        names::CONTENT_TYPE,
+        format!(
+            "{url} answered HTTP {status} with content type {}, not a SOAP (XML) answer; \
+             is a proxy or login page in front of vCenter?",
+            printable(content_type, 100)
+        ),
+    )
+}
+
+/// A backend error for a body over [`super::transport::MAX_RESPONSE_BYTES`].
+pub(crate) fn too_large(operation: &'static str, url: &str, declared: Option<u64>) -> BackendError {
+    let limit = super::transport::MAX_RESPONSE_BYTES;
+    let size = declared.map_or_else(
+        || format!("more than {limit} bytes (stopped reading there)"),
+        |n| format!("{n} bytes (Content-Length; not read)"),
+    );
+    BackendError::new(
+        ErrorClass::Transient,
+        operation,
+        names::TOO_LARGE,
+        format!("answer from {url} is too large: {size}; volmig reads at most {limit} bytes"),
+    )
+}
+
+/// `text` without control characters, cut to `max` characters (for server-chosen strings
+/// in messages).
+pub(crate) fn printable(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().filter(|c| !c.is_control()).take(max).collect();
+    if text.chars().filter(|c| !c.is_control()).nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// A backend error for an unparsable answer.
 pub(crate) fn malformed(operation: &'static str, url: &str, detail: &str) -> BackendError {
     BackendError::new(
@@ -98,12 +173,18 @@ pub(crate) fn from_transport(
     let (fault, message) = if err.is_timeout() {
         (
             names::TIMEOUT,
-            format!("request to {url} timed out after {timeout:?}"),
+            format!(
+                "request to {url} timed out after {timeout:?} (--vc-request-timeout; the \
+                 whole answer must arrive within it)"
+            ),
         )
-    } else if is_certificate_error(err) {
+    } else if let Some(tls) = certificate_error(err) {
         (
             names::TLS,
-            format!("TLS certificate of {url} rejected: {chain}"),
+            format!(
+                "TLS certificate of {url} rejected: {}",
+                describe_certificate_error(tls)
+            ),
         )
     } else if err.is_connect() {
         (
@@ -133,14 +214,46 @@ pub(crate) fn error_chain(err: &(dyn StdError + 'static)) -> String {
     parts.join(": ")
 }
 
+/// The rustls error and a hint for the operator.
+fn describe_certificate_error(err: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let hint = match err {
+        rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        ) => {
+            " (the certificate was issued for another host name: use the name in vCenter's \
+             certificate in --vc-url)"
+        }
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => {
+            " (not signed by a trusted CA: give vCenter's CA, e.g. its VMCA root, with \
+             --vc-ca-file)"
+        }
+        _ => "",
+    };
+    match err {
+        // rustls shows a custom verifier's error with `Debug`; its `Display` is the message.
+        rustls::Error::InvalidCertificate(C::Other(other)) => {
+            format!("invalid peer certificate: {other}{hint}")
+        }
+        _ => format!("{err}{hint}"),
+    }
+}
+
+#[cfg(test)]
 fn is_certificate_error(err: &(dyn StdError + 'static)) -> bool {
+    certificate_error(err).is_some()
+}
+
+/// The rustls certificate error somewhere in `err`'s chain.
+fn certificate_error<'e>(err: &'e (dyn StdError + 'static)) -> Option<&'e rustls::Error> {
     let mut current: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return matches!(
                 tls,
                 rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            );
+            )
+            .then_some(tls);
         }
         // `io::Error::source` skips the error it wraps: step into it explicitly.
         current = match e
@@ -151,7 +264,7 @@ fn is_certificate_error(err: &(dyn StdError + 'static)) -> bool {
             None => e.source(),
         };
     }
-    false
+    None
 }
 
 /// Prefixes the error's message with the object it is about.

@@ -9,6 +9,20 @@ pub(crate) const VIM_NS: &str = "urn:vim25";
 /// Namespace of the CNS API (`/vsanHealth`).
 pub(crate) const CNS_NS: &str = "urn:vsan";
 
+/// The deepest element nesting volmig accepts in an answer. Real answers stay far below:
+/// envelope, body, response, `returnval`, then a CNS volume's `metadata`/`entityMetadata`/
+/// `referredEntity` or a property collector's `objects`/`propSet`/`val` and a fault's
+/// cause chain are some 15–25 levels. A deeper document is refused before serde sees it,
+/// so no decoder recursion depends on what the server sends.
+pub(crate) const MAX_XML_DEPTH: usize = 128;
+
+/// The longest fault message volmig keeps (characters): it ends up in
+/// `status.lastError.message` and logs, which a server must not be able to flood.
+pub(crate) const MAX_FAULT_MESSAGE_CHARS: usize = 2048;
+
+/// The longest fault type name volmig keeps (characters); real ones are under 50.
+pub(crate) const MAX_FAULT_NAME_CHARS: usize = 100;
+
 const ENVELOPE_START: &str = concat!(
     r#"<?xml version="1.0" encoding="UTF-8"?>"#,
     r#"<soapenv:Envelope xmlns:soapenc="http://schemas.xmlsoap.org/soap/encoding/""#,
@@ -170,16 +184,35 @@ pub(crate) fn bare_type_name(name: &str) -> &str {
     name.rsplit('.').next().unwrap_or(name).trim()
 }
 
+/// A fault type name as the server sent it, reduced to the characters a vmodl type name
+/// has (letters, digits, `_`) and [`MAX_FAULT_NAME_CHARS`]; `None` when nothing is left.
+fn sanitized_fault_name(name: &str) -> Option<String> {
+    let clean: String = bare_type_name(name)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(MAX_FAULT_NAME_CHARS)
+        .collect();
+    (!clean.is_empty()).then_some(clean)
+}
+
+/// `message` cut to [`MAX_FAULT_MESSAGE_CHARS`] characters.
+fn bounded_message(mut message: String) -> String {
+    if let Some((cut, _)) = message.char_indices().nth(MAX_FAULT_MESSAGE_CHARS) {
+        message.truncate(cut);
+        message.push_str("… (truncated)");
+    }
+    message
+}
+
 impl Fault {
-    /// Builds a fault from its data and the surrounding messages.
+    /// Builds a fault from its data and the surrounding messages. Unknown fault types keep
+    /// their (sanitized) name; the message is bounded.
     pub fn from_data(data: FaultData, outer_message: Option<&str>) -> Self {
         let name = data
             .kind
             .as_deref()
-            .map(bare_type_name)
-            .filter(|n| !n.is_empty())
-            .unwrap_or("MethodFault")
-            .to_owned();
+            .and_then(sanitized_fault_name)
+            .unwrap_or_else(|| "MethodFault".to_owned());
         let mut parts: Vec<String> = Vec::new();
         let mut push = |text: &str, mentions: &str| {
             let text = text.trim();
@@ -207,11 +240,11 @@ impl Fault {
         {
             push(&format!("missing privilege {privilege}"), privilege);
         }
-        let message = if parts.is_empty() {
+        let message = bounded_message(if parts.is_empty() {
             name.clone()
         } else {
             parts.join("; ")
-        };
+        });
         Self {
             name,
             message,
@@ -268,9 +301,124 @@ pub(crate) fn parse_fault(xml: &str) -> Option<Fault> {
     Some(Fault::from_data(data, fault.faultstring.as_deref()))
 }
 
+/// Checks that `xml` is one well-formed document nested at most [`MAX_XML_DEPTH`]
+/// elements deep, without building anything: one pass of quick-xml's pull parser, whose
+/// memory does not grow with the nesting. Serde decoding runs only after this passed.
+pub(crate) fn check_xml(xml: &str) -> Result<(), String> {
+    use quick_xml::events::Event;
+
+    let mut reader = quick_xml::Reader::from_str(xml);
+    reader.config_mut().check_end_names = true;
+    let mut depth = 0usize;
+    let mut elements = 0usize;
+    loop {
+        let position = reader.buffer_position();
+        match reader.read_event() {
+            Ok(Event::Start(_)) => {
+                depth += 1;
+                elements += 1;
+                if depth > MAX_XML_DEPTH {
+                    return Err(format!(
+                        "XML nested deeper than {MAX_XML_DEPTH} elements (at byte {position}); \
+                         refused"
+                    ));
+                }
+            }
+            Ok(Event::End(_)) => depth = depth.saturating_sub(1),
+            Ok(Event::Empty(_)) => elements += 1,
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => {
+                return Err(format!(
+                    "malformed XML at byte {}: {}",
+                    reader.error_position(),
+                    crate::backend::cns::fault::printable(&e.to_string(), 200)
+                ));
+            }
+        }
+    }
+    if depth > 0 {
+        return Err(format!(
+            "truncated XML: the document ends with {depth} element(s) still open"
+        ));
+    }
+    if elements == 0 {
+        return Err("no XML element in the answer".to_owned());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[path = "soap_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+
+    fn envelope_around(inner: &str) -> String {
+        format!(
+            r#"<?xml version="1.0"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>{inner}</soapenv:Body></soapenv:Envelope>"#
+        )
+    }
+
+    #[test]
+    fn ten_thousand_nested_elements_are_refused_before_decoding() {
+        let deep = format!("{}{}", "<x>".repeat(10_000), "</x>".repeat(10_000));
+        let err = check_xml(&envelope_around(&deep)).unwrap_err();
+        assert!(err.contains("deeper than 128"), "{err}");
+    }
+
+    #[test]
+    fn nesting_at_the_limit_is_accepted() {
+        // Envelope and Body are two levels.
+        let n = MAX_XML_DEPTH - 2;
+        let ok = format!("{}{}", "<x>".repeat(n), "</x>".repeat(n));
+        assert_eq!(check_xml(&envelope_around(&ok)), Ok(()));
+        let over = format!("{}{}", "<x>".repeat(n + 1), "</x>".repeat(n + 1));
+        assert!(check_xml(&envelope_around(&over)).is_err());
+    }
+
+    #[test]
+    fn truncated_garbage_and_empty_documents_are_refused() {
+        let full =
+            envelope_around("<LoginResponse><returnval><key>k</key></returnval></LoginResponse>");
+        assert_eq!(check_xml(&full), Ok(()));
+        let truncated = &full[..full.len() - 40];
+        let err = check_xml(truncated).unwrap_err();
+        assert!(
+            err.contains("truncated") || err.contains("malformed"),
+            "{err}"
+        );
+        let err = check_xml("\u{0}\u{ff}<<<</ >>> &&&;").unwrap_err();
+        assert!(err.contains("malformed"), "{err}");
+        assert!(check_xml("").is_err());
+        assert!(check_xml("just text").is_err());
+        let err = check_xml("<a><b></a></b>").unwrap_err();
+        assert!(err.contains("malformed"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fault_names_are_kept_sanitized_and_messages_bounded() {
+        let fault = |kind: &str, message: &str| {
+            Fault::from_data(
+                FaultData {
+                    kind: Some(kind.to_owned()),
+                    ..FaultData::default()
+                },
+                Some(message),
+            )
+        };
+        assert_eq!(fault("vim25:FutureFault", "m").name, "FutureFault");
+        assert_eq!(fault("NotFoundish", "m").name, "NotFoundish");
+        assert_eq!(fault("Bad<Name> \n x", "m").name, "BadNamex");
+        assert_eq!(fault("<>", "m").name, "MethodFault");
+        let long = fault(&"A".repeat(10_000), &"m".repeat(1_000_000));
+        assert_eq!(long.name.len(), MAX_FAULT_NAME_CHARS);
+        assert!(long.message.chars().count() < MAX_FAULT_MESSAGE_CHARS + 20);
+        assert!(long.message.ends_with("(truncated)"));
+    }
+}
 
 #[cfg(test)]
 #[path = "soap_proptests.rs"]

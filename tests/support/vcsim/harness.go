@@ -70,6 +70,7 @@ func newHarness(opts *options) (h *harness, err error) {
 			dropCreateReplies:   opts.dropCreateReplies,
 			failTaskPolls:       opts.failTaskPolls,
 			failTaskPollsWindow: opts.failTaskPollsWindow,
+			hostile:             defaultHostile(),
 		},
 		creates: &createLog{},
 		fcds:    newFcdStore(),
@@ -143,6 +144,9 @@ func newHarness(opts *options) (h *harness, err error) {
 			h.certFile = filepath.Join(tmp, "ca.pem")
 		}
 		if m.Service.TLS, err = serverTLS(h.certFile); err != nil {
+			return nil, err
+		}
+		if err = h.installCertSwitch(m.Service.TLS); err != nil {
 			return nil, err
 		}
 	}
@@ -424,6 +428,15 @@ func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Ha
 	if method == "CnsCreateVolume" {
 		h.creates.record(body, ua)
 		drop = h.modes.createArrived()
+	}
+	if hm, ok := h.modes.hostileFor(method); ok {
+		flush := func() {
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+		serveHostile(rec, flush, r, method, hm)
+		return
 	}
 	if isTaskPoll(method, body) && h.modes.failPoll() {
 		http.Error(rec, "503 Service Unavailable (vcsim-harness: failing task polls)", http.StatusServiceUnavailable)

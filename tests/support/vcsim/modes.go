@@ -66,6 +66,8 @@ type modes struct {
 	failTaskPollsWindow time.Duration
 	lastCreate          time.Time
 	version             vcVersion
+	// Hostile answers and certificates (hostile.go).
+	hostile hostileModes
 }
 
 // modesJSON is GET/POST /debug/modes. On POST every field is optional.
@@ -77,6 +79,7 @@ type modesJSON struct {
 	VcenterVersion        *string `json:"vcenterVersion,omitempty"`
 	AboutVersion          string  `json:"aboutVersion,omitempty"`
 	AboutAPIVersion       string  `json:"aboutApiVersion,omitempty"`
+	hostileJSON
 }
 
 func (m *modes) snapshot() modesJSON {
@@ -95,6 +98,7 @@ func (m *modes) snapshot() modesJSON {
 		VcenterVersion:        &name,
 		AboutVersion:          m.version.Version,
 		AboutAPIVersion:       m.version.APIVersion,
+		hostileJSON:           m.hostile.toJSON(),
 	}
 }
 
@@ -156,6 +160,9 @@ func (h *harness) applyVersion(v vcVersion) {
 
 // patchModes applies a POST /debug/modes body.
 func (h *harness) patchModes(p modesJSON) error {
+	if err := p.hostileJSON.validate(); err != nil {
+		return err
+	}
 	if p.VcenterVersion != nil {
 		v, err := findVersion(*p.VcenterVersion)
 		if err != nil {
@@ -188,6 +195,7 @@ func (h *harness) patchModes(p modesJSON) error {
 	if p.FailTaskPollsWindowMs != nil {
 		m.failTaskPollsWindow = time.Duration(*p.FailTaskPollsWindowMs) * time.Millisecond
 	}
+	m.hostile.apply(p.hostileJSON)
 	return nil
 }
 
