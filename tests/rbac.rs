@@ -52,14 +52,7 @@ const CLUSTER_ID: &str = "e2e-cluster";
 /// the chart anyway. Each entry is (apiGroup, resource) of the rule. The test asserts that
 /// removing such a rule changes nothing (no 403, the workload converges); when the chart
 /// drops the rule, drop the entry too (the test fails on an entry matching no rule).
-const UNEXERCISED: &[(&str, &str, &str)] = &[(
-    "volmig.io",
-    "volumemigrations/finalizers",
-    "update on <resource>/finalizers is what the OwnerReferencesPermissionEnforcement \
-     admission plugin checks before a client sets blockOwnerDeletion on an ownerReference \
-     to such an object; volmig sets no ownerReferences at all, and adding its own \
-     finalizer to a VolumeMigration needs only patch/update on volumemigrations",
-)];
+const UNEXERCISED: &[(&str, &str, &str)] = &[];
 
 /// One rule of the chart, flattened.
 #[derive(Debug, Clone)]

@@ -183,7 +183,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .reconcile_all_on(leadership::gained(leader.watch.clone()))
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-            .for_each(|_| async {})
+            .for_each(|result| async move {
+                // Reconcile errors are reported by `error_policy`; a failing watch (e.g. a
+                // 403 on VolumeMigrations) would otherwise only show as "not ready".
+                if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
+                    warn!(error = %crate::error_chain(&e), "VolumeMigration watch failed; retrying with backoff");
+                }
+            })
             .instrument(info_span!("controller")),
     );
     let pv_task = tokio::spawn(

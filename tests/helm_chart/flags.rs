@@ -172,6 +172,12 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.gc_orphans,
         ),
         (
+            "dry-run",
+            vec!["--set", "dryRun=true"],
+            "--dry-run",
+            |a| a.dry_run,
+        ),
+        (
             "leader-election",
             vec![
                 "--set",
@@ -282,6 +288,7 @@ fn every_run_flag_is_reachable_through_a_value() {
     for off in [
         "--vc-insecure",
         "--gc-orphans",
+        "--dry-run",
         "--vc-ca-file",
         "--kubeconfig",
     ] {

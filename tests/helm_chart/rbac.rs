@@ -42,7 +42,6 @@ fn rbac_is_least_privilege_and_commented() {
             "volmig.io/volumemigrations/status",
             want(&["get", "patch", "update"]),
         ),
-        ("volmig.io/volumemigrations/finalizers", want(&["update"])),
         (
             "cns.vmware.com/cnsvspherevolumemigrations",
             want(&["get", "list", "watch", "create", "patch", "delete"]),
