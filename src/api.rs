@@ -14,6 +14,17 @@ pub const FINALIZER: &str = "volmig.io/registration";
 /// Field manager of every write volmig makes.
 pub const FIELD_MANAGER: &str = "volmig";
 
+/// At most this many PV names are listed in `status.persistentVolumes`: 1,000 names of at
+/// most 253 characters keep the object far below etcd's 1.5 MiB limit, however many PVs
+/// share one vmdk. `status.persistentVolumeCount` always holds the full count.
+pub const MAX_STATUS_PVS: usize = 1000;
+
+/// The names listed in `status.persistentVolumes` for the PVs `pvs` (sorted): the first
+/// [`MAX_STATUS_PVS`].
+pub fn status_pv_names(pvs: &[String]) -> &[String] {
+    &pvs[..pvs.len().min(MAX_STATUS_PVS)]
+}
+
 /// Desired state: which vmdk this object tracks.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -104,9 +115,14 @@ pub struct VolumeMigrationStatus {
     /// The virtual disk UUID reported by vCenter.
     #[serde(default, rename = "diskUUID", skip_serializing_if = "Option::is_none")]
     pub disk_uuid: Option<String>,
-    /// Names of the PersistentVolumes that reference this vmdk.
+    /// Names of the PersistentVolumes that reference this vmdk, sorted; at most the
+    /// first 1000 (see `persistentVolumeCount`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volumes: Option<Vec<String>>,
+    /// How many PersistentVolumes reference this vmdk (`persistentVolumes` lists at most
+    /// 1000 of them, to keep the object well under etcd's size limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_count: Option<u64>,
     /// Registration attempts made by the current (or last) registration run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,

@@ -86,6 +86,16 @@ fn is_permanent_reason(r: &str) -> bool {
     )
 }
 
+/// Whether the status PV list (at most [`crate::api::MAX_STATUS_PVS`] names, plus the
+/// count once the list is cut) no longer describes `pvs`. A complete list is its own count:
+/// objects written before the count existed are not rewritten for it.
+pub fn pv_list_stale(status: &crate::api::VolumeMigrationStatus, pvs: &[String]) -> bool {
+    let listed = status.persistent_volumes.as_deref().unwrap_or_default();
+    listed != crate::api::status_pv_names(pvs)
+        || (pvs.len() > crate::api::MAX_STATUS_PVS
+            && status.persistent_volume_count != Some(pvs.len() as u64))
+}
+
 /// Decides the plan for one VolumeMigration.
 pub fn decide(observed: &Observed<'_>) -> Plan {
     let vm = observed.migration;
@@ -153,8 +163,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
         };
     }
 
-    let current_pvs = status.persistent_volumes.clone().unwrap_or_default();
-    let set_pvs = (current_pvs != observed.pvs).then(|| observed.pvs.to_vec());
+    let set_pvs = pv_list_stale(&status, observed.pvs).then(|| observed.pvs.to_vec());
     let mut plan = Plan {
         add_finalizer: !has_finalizer(vm),
         set_pvs,

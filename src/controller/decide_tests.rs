@@ -293,3 +293,34 @@ fn an_object_named_after_another_path_is_a_collision_recorded_once() {
         "released without touching CNS"
     );
 }
+
+#[test]
+fn a_pv_list_longer_than_the_cap_is_cut_and_counted() {
+    use crate::api::MAX_STATUS_PVS;
+    let names: Vec<String> = (0..MAX_STATUS_PVS + 5)
+        .map(|i| format!("pv-{i:05}"))
+        .collect();
+    let cut = VolumeMigrationStatus {
+        persistent_volumes: Some(names[..MAX_STATUS_PVS].to_vec()),
+        persistent_volume_count: Some(names.len() as u64),
+        ..Default::default()
+    };
+    assert!(!pv_list_stale(&cut, &names), "cut list and count agree");
+    assert!(
+        pv_list_stale(&cut, &names[..names.len() - 1]),
+        "a PV beyond the listed ones went away: the count changes"
+    );
+    let uncounted = VolumeMigrationStatus {
+        persistent_volume_count: None,
+        ..cut.clone()
+    };
+    assert!(pv_list_stale(&uncounted, &names));
+    // A complete list needs no count (objects written before the count are not rewritten).
+    let short: Vec<String> = names[..3].to_vec();
+    let complete = VolumeMigrationStatus {
+        persistent_volumes: Some(short.clone()),
+        ..Default::default()
+    };
+    assert!(!pv_list_stale(&complete, &short));
+    assert!(pv_list_stale(&cut, &short), "shrunk below the cap");
+}

@@ -21,6 +21,9 @@ pub mod reason {
     pub const UNREGISTERED: &str = "Unregistered";
     /// A Registered volume was missing in CNS and was registered again.
     pub const RE_REGISTERED: &str = "ReRegistered";
+    /// `status.volumeID` did not name this path's CNS volume (edited by hand, or gone) and
+    /// was restored from CNS; the note names the old and the new ID.
+    pub const VOLUME_ID_REPAIRED: &str = "VolumeIdRepaired";
     /// Two or more CNS volumes exist for one disk.
     pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
     /// The object named after a path tracks another path (docs/design.md §2.6).
@@ -31,6 +34,8 @@ pub mod reason {
 #[derive(Clone)]
 pub struct Events {
     recorder: Recorder,
+    client: kube::Client,
+    reporter: Reporter,
 }
 
 impl Events {
@@ -41,7 +46,9 @@ impl Events {
             instance: Some(instance.to_owned()),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            client,
+            reporter,
         }
     }
 
@@ -73,6 +80,31 @@ impl Events {
         note: String,
     ) {
         self.publish(&vm.object_ref(&()), type_, reason, note).await;
+    }
+
+    /// An Event on a VolumeMigration that is never folded into an earlier one: the shared
+    /// recorder turns a second Event of the same reason on the same object (within minutes)
+    /// into a count on the first, keeping the first note. Use this when the note carries
+    /// facts that differ each time (e.g. the volume IDs of a repair).
+    pub async fn on_migration_distinct(
+        &self,
+        vm: &VolumeMigration,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        let target = vm.object_ref(&());
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&event, &target).await {
+            warn!(object = ?target.name, reason, error = %e, "could not publish event");
+        }
     }
 
     /// An Event on the PersistentVolume `name`.

@@ -42,6 +42,15 @@ pub enum StatusChange {
         /// Why the path is invalid.
         message: String,
     },
+    /// The stored volume ID was not this path's CNS volume (edited by hand, or gone) and is
+    /// replaced by the path's volume found in CNS. Protection is unknown for that volume
+    /// until checked again (full sync's `Protect` repair).
+    VolumeIdRepaired {
+        /// The path's CNS volume.
+        volume_id: String,
+        /// The ID the status held.
+        replaced: String,
+    },
     /// Other CNS volumes found for the same disk.
     Duplicates {
         /// Their IDs, sorted.
@@ -154,7 +163,8 @@ pub fn status_patch(change: &StatusChange, now: jiff::Timestamp) -> Value {
             pending,
         } => {
             let mut s = json!({
-                "persistentVolumes": pvs,
+                "persistentVolumes": crate::api::status_pv_names(pvs),
+                "persistentVolumeCount": pvs.len(),
                 "observedGeneration": observed_generation,
             });
             if *pending {
@@ -170,6 +180,23 @@ pub fn status_patch(change: &StatusChange, now: jiff::Timestamp) -> Value {
             "conditions": conditions(now, false, reason::INVALID_PATH, message),
         }),
         StatusChange::Duplicates { ids } => json!({ "duplicateVolumeIDs": ids }),
+        StatusChange::VolumeIdRepaired {
+            volume_id,
+            replaced,
+        } => json!({
+            "phase": "Registered",
+            "volumeID": volume_id,
+            "lastError": null,
+            "nextRetryTime": null,
+            "registeringToken": null,
+            "protectedFromVMDelete": null,
+            "conditions": conditions(
+                now,
+                true,
+                crate::k8s::events::reason::VOLUME_ID_REPAIRED,
+                &format!("CNS volume {volume_id} (the status held {replaced})"),
+            ),
+        }),
     };
     json!({ "status": status })
 }

@@ -75,6 +75,35 @@ pub enum Repair {
         /// The ID the status holds (then listed as a duplicate).
         replaced: String,
     },
+    /// A Registered status whose volume ID is not this path's CNS volume (gone from CNS,
+    /// garbage, or the volume of another disk — e.g. `status.volumeID` edited by hand)
+    /// while CNS does hold a volume of this path: restore that one (never create).
+    RepairVolumeId {
+        /// Object name.
+        name: String,
+        /// The path.
+        path: VolumePath,
+        /// The ID the status holds.
+        wrong: String,
+        /// Why it is wrong.
+        why: WrongId,
+        /// This path's CNS volume (found by volmig's name, backing path or the driver's
+        /// cache).
+        right: String,
+        /// The version the repair was decided on (the write is conditional on it).
+        version: Option<String>,
+    },
+    /// A Registered status holding the CNS volume of another disk while CNS has no volume
+    /// of this path: register this path (adopt-before-create); the other disk's volume is
+    /// left alone.
+    ReRegisterForeign {
+        /// The path.
+        path: VolumePath,
+        /// The other disk's ID the status holds.
+        wrong: String,
+        /// The disk that ID belongs to.
+        owner: VolumePath,
+    },
     /// A Registered volume whose disk is not known to be protected from VM deletion.
     Protect {
         /// The path.
@@ -106,6 +135,8 @@ impl Repair {
         match self {
             Repair::CreateMigration(path) | Repair::Retry(path) => Some(path),
             Repair::ReRegister { path, .. }
+            | Repair::RepairVolumeId { path, .. }
+            | Repair::ReRegisterForeign { path, .. }
             | Repair::Duplicates { path, .. }
             | Repair::AdoptDriverId { path, .. }
             | Repair::Protect { path, .. }
@@ -121,12 +152,32 @@ impl Repair {
             Repair::CreateMigration(_) => "create_migration",
             Repair::Retry(_) => "retry",
             Repair::ReRegister { .. } => "reregister",
+            Repair::RepairVolumeId { .. } => "repair_volume_id",
+            Repair::ReRegisterForeign { .. } => "reregister_foreign",
             Repair::SetPvs { .. } => "set_pvs",
             Repair::Duplicates { .. } => "duplicates",
             Repair::AdoptDriverId { .. } => "adopt_driver_id",
             Repair::Protect { .. } => "protect",
             Repair::DeleteMigration { .. } => "delete_migration",
             Repair::Orphan { .. } => "orphan",
+        }
+    }
+}
+
+/// Why a status volume ID is not the path's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WrongId {
+    /// No CNS volume has that ID.
+    NotInCns,
+    /// The CNS volume with that ID backs another disk.
+    OtherDisk(VolumePath),
+}
+
+impl std::fmt::Display for WrongId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WrongId::NotInCns => f.write_str("no CNS volume has that ID"),
+            WrongId::OtherDisk(other) => write!(f, "that CNS volume backs {other}"),
         }
     }
 }
@@ -176,6 +227,30 @@ fn live_driver_id<'a>(
         .min()
 }
 
+/// Why the status ID `id` of `path` is not this path's CNS volume, if it is not: no live
+/// volume has it, or the live volume with it backs another disk. A live volume whose disk
+/// is unknown (no backing path, a foreign name, not in the driver's cache) is given the
+/// benefit of the doubt.
+fn wrong_id(
+    live: &HashSet<&str>,
+    disk_of: &HashMap<&str, &VolumePath>,
+    path: &VolumePath,
+    id: &str,
+) -> Option<WrongId> {
+    if !live.contains(id) {
+        return Some(WrongId::NotInCns);
+    }
+    disk_of
+        .get(id)
+        .filter(|disk| **disk != path)
+        .map(|disk| WrongId::OtherDisk((*disk).clone()))
+}
+
+fn oldest_of(volumes: &[&CnsVolume]) -> Option<String> {
+    let owned: Vec<CnsVolume> = volumes.iter().map(|v| (*v).clone()).collect();
+    oldest(&owned).map(|v| v.id.0.clone())
+}
+
 /// Plans one pass.
 pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
     let mut out = PassPlan::default();
@@ -196,6 +271,8 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         .collect();
     let mut volumes_by_path: HashMap<&VolumePath, Vec<&CnsVolume>> = HashMap::new();
     let mut live_ids: HashSet<&str> = HashSet::with_capacity(inputs.volumes.len());
+    // The disk of each live volume, when known.
+    let mut disk_of: HashMap<&str, &VolumePath> = HashMap::with_capacity(inputs.volumes.len());
     for v in inputs.volumes {
         live_ids.insert(&v.id.0);
         let disk = v
@@ -205,6 +282,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             .or_else(|| driver_path.get(v.id.0.as_str()).copied());
         if let Some(p) = disk {
             volumes_by_path.entry(p).or_default().push(v);
+            disk_of.insert(&v.id.0, p);
         }
     }
 
@@ -218,18 +296,44 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         if m.deleting {
             continue;
         }
-        if m.pvs != **pvs {
+        // The count beyond the listed names is kept by the reconciler (it sees every PV
+        // change); a pass compares what it can see in the record.
+        if m.pvs != crate::api::status_pv_names(pvs) {
             out.repairs.push(Repair::SetPvs {
                 name: m.name.clone(),
                 pvs: (*pvs).clone(),
                 version: m.version.clone(),
             });
         }
+        let wrong = match (&m.phase, &m.volume_id) {
+            (Some(Phase::Registered), Some(id)) => wrong_id(&live_ids, &disk_of, path, id),
+            _ => None,
+        };
         match (&m.phase, &m.volume_id) {
-            (Some(Phase::Registered), Some(id)) if !live_ids.contains(id.as_str()) => {
-                out.repairs.push(Repair::ReRegister {
-                    path: (*path).clone(),
-                    missing_id: id.clone(),
+            (Some(Phase::Registered), Some(id)) if wrong.is_some() => {
+                let own = volumes_by_path.get(path).map(Vec::as_slice).unwrap_or(&[]);
+                let right = live_driver_id(inputs, &live_ids, path)
+                    .filter(|d| own.iter().any(|v| v.id.0 == *d))
+                    .map(str::to_owned)
+                    .or_else(|| oldest_of(own));
+                out.repairs.push(match (right, wrong) {
+                    (Some(right), Some(why)) => Repair::RepairVolumeId {
+                        name: m.name.clone(),
+                        path: (*path).clone(),
+                        wrong: id.clone(),
+                        why,
+                        right,
+                        version: m.version.clone(),
+                    },
+                    (None, Some(WrongId::OtherDisk(owner))) => Repair::ReRegisterForeign {
+                        path: (*path).clone(),
+                        wrong: id.clone(),
+                        owner,
+                    },
+                    _ => Repair::ReRegister {
+                        path: (*path).clone(),
+                        missing_id: id.clone(),
+                    },
                 });
             }
             (Some(Phase::Registered), Some(id)) => {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::plan::WrongId;
 use super::{FullSync, Repair};
 use crate::api::VolumeMigration;
 use crate::backend::VolumeId;
@@ -40,6 +41,14 @@ pub enum RepairError {
     /// Writing the CSI driver's cache objects failed.
     #[error("updating the CSI driver's cache objects")]
     Publish(#[source] kube::Error),
+    /// Looking the path's volume up in CNS failed.
+    #[error("looking up the CNS volumes of {path}")]
+    Lookup {
+        /// The path.
+        path: VolumePath,
+        /// The backend error.
+        source: crate::backend::BackendError,
+    },
     /// An orphan without a backing path cannot be serialized with its path's work.
     #[error("orphan {0} has no backing path; not collected")]
     OrphanWithoutPath(String),
@@ -99,6 +108,22 @@ impl FullSync {
             Repair::ReRegister { path, missing_id } => {
                 ctx.metrics.full_sync_action(SyncAction::Reregister, 1);
                 self.reregister(path, missing_id).await
+            }
+            Repair::RepairVolumeId {
+                name,
+                path,
+                wrong,
+                why,
+                right,
+                version,
+            } => {
+                ctx.metrics.full_sync_action(SyncAction::Reregister, 1);
+                self.repair_volume_id(name, path, wrong, why, right, version.as_deref())
+                    .await
+            }
+            Repair::ReRegisterForeign { path, wrong, owner } => {
+                ctx.metrics.full_sync_action(SyncAction::Reregister, 1);
+                self.reregister_foreign(path, wrong, owner).await
             }
             Repair::SetPvs { name, pvs, version } => {
                 ctx.metrics.full_sync_action(SyncAction::RemovePv, 1);
@@ -178,6 +203,111 @@ impl FullSync {
             self.ctx
                 .events
                 .on_migration(&vm, EventType::Warning, event_reason::RE_REGISTERED, note)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Restores the path's CNS volume `right` over the status ID `wrong` (docs/design.md §6.2): no
+    /// create, no unregistration. Both facts are checked against CNS again first (the
+    /// listing may be older than the status), and the write is conditional on the version
+    /// the repair was decided on, so a registration recorded meanwhile is never replaced.
+    async fn repair_volume_id(
+        &self,
+        name: &str,
+        path: &VolumePath,
+        wrong: &str,
+        why: &WrongId,
+        right: &str,
+        version: Option<&str>,
+    ) -> Result<(), RepairError> {
+        let backend = self.ctx.registrar.backend();
+        let lookup = |source| RepairError::Lookup {
+            path: path.clone(),
+            source,
+        };
+        let own = backend
+            .find_volumes(&path.cns_volume_name(), path)
+            .await
+            .map_err(lookup)?;
+        if own.iter().any(|v| v.id.0 == wrong) {
+            info!(%path, volume_id = wrong, "the status ID is this path's volume after all; kept");
+            return Ok(());
+        }
+        let right_live = own.iter().any(|v| v.id.0 == right)
+            || !backend
+                .volumes_by_id(&[VolumeId::from(right)])
+                .await
+                .map_err(lookup)?
+                .is_empty();
+        if !right_live {
+            info!(%path, volume_id = right, "the path's volume is gone meanwhile; next pass decides again");
+            return Ok(());
+        }
+        let change = StatusChange::VolumeIdRepaired {
+            volume_id: right.to_owned(),
+            replaced: wrong.to_owned(),
+        };
+        self.ctx
+            .status
+            .write(name, &change, version)
+            .await
+            .map_err(RepairError::WriteStatus)?;
+        warn!(%path, old = wrong, new = right, %why, "status.volumeID repaired from CNS");
+        if let Some(vm) = self.cached(name) {
+            let note = format!(
+                "status.volumeID of {path} held {wrong}, but {why}; restored {right}, the CNS \
+                 volume of this path (nothing created or unregistered)"
+            );
+            self.ctx
+                .events
+                .on_migration_distinct(
+                    &vm,
+                    EventType::Warning,
+                    event_reason::VOLUME_ID_REPAIRED,
+                    note,
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The status holds another disk's volume and CNS has none of this path: register the
+    /// path (the registrar adopts before it creates); the other disk's volume is untouched.
+    async fn reregister_foreign(
+        &self,
+        path: &VolumePath,
+        wrong: &str,
+        owner: &VolumePath,
+    ) -> Result<(), RepairError> {
+        let registration = self
+            .ctx
+            .registrar
+            .reregister(path, &VolumeId::from(wrong))
+            .await
+            .map_err(RepairError::Register)?;
+        if registration.volume_id.0 != wrong
+            && let Some(vm) = self.cached(&path.object_name())
+        {
+            let how = if registration.adopted {
+                "adopted"
+            } else {
+                "registered"
+            };
+            let note = format!(
+                "status.volumeID of {path} held {wrong}, the CNS volume of {owner} (left \
+                 alone); {how} {} for this path",
+                registration.volume_id
+            );
+            warn!(%path, old = wrong, new = %registration.volume_id, %owner, "status.volumeID repaired");
+            self.ctx
+                .events
+                .on_migration_distinct(
+                    &vm,
+                    EventType::Warning,
+                    event_reason::VOLUME_ID_REPAIRED,
+                    note,
+                )
                 .await;
         }
         Ok(())

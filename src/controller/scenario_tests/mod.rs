@@ -46,7 +46,7 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
         call.body,
         json!({
             "metadata": {"resourceVersion": "1"},
-            "status": {"persistentVolumes": ["pv-a"], "observedGeneration": 1, "phase": "Pending"},
+            "status": {"persistentVolumes": ["pv-a"], "persistentVolumeCount": 1, "observedGeneration": 1, "phase": "Pending"},
         })
     );
     stored.patch(call, true);
