@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use kube::api::Api;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{Context, PvIndex};
 use crate::backend::VolumeId;
@@ -38,8 +38,24 @@ pub async fn publish(
     let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
         return Ok(0);
     };
+    if let Some(other) = foreign_disk(&driver.index, path, id) {
+        warn!(%path, volume_id = %id, other_disk = %other,
+            "not publishing: the CSI driver's cache maps this volume ID to another disk (a hand-edited or wrong status ID; full sync repairs it)");
+        return Ok(0);
+    }
     let changes = publish_changes(&driver.index, &ctx.index, path, id, protected);
     apply(driver, id, &changes).await
+}
+
+/// The other disk the driver's cache maps `id` to, if any. Publishing or unpublishing
+/// `id` for `path` then would re-point or remove that disk's entry: a pod of the other
+/// disk would get this path's mapping, or a cache miss.
+pub fn foreign_disk(driver: &DriverIndex, path: &VolumePath, id: &VolumeId) -> Option<VolumePath> {
+    driver
+        .objects_of(id)
+        .values()
+        .filter_map(|spec| VolumePath::parse(&spec.volumepath).ok())
+        .find(|disk| disk != path)
 }
 
 /// What [`publish`] would change (pure over the two indexes): the driver's objects of
@@ -52,7 +68,7 @@ pub fn publish_changes(
     protected: bool,
 ) -> Vec<DriverChange> {
     let spellings = pvs.spellings_for(path);
-    if spellings.is_empty() {
+    if spellings.is_empty() || foreign_disk(driver, path, id).is_some() {
         // No PV spells the path (now): the objects go only with the registration
         // (`unpublish`), never because a PV list was briefly empty — a removed object is
         // a cache miss, and on a miss the driver registers by itself.
@@ -71,11 +87,17 @@ pub fn publish_changes(
     changes
 }
 
-/// Removes the driver's objects of `id` (the registration is gone).
-pub async fn unpublish(ctx: &Context, id: &VolumeId) -> kube::Result<usize> {
+/// Removes the driver's objects of `id` for `path` (the registration is gone). Objects
+/// that map `id` to another disk are that disk's and stay.
+pub async fn unpublish(ctx: &Context, path: &VolumePath, id: &VolumeId) -> kube::Result<usize> {
     let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
         return Ok(0);
     };
+    if let Some(other) = foreign_disk(&driver.index, path, id) {
+        warn!(%path, volume_id = %id, other_disk = %other,
+            "not removing the CSI driver's objects of this volume ID: they map it to another disk");
+        return Ok(0);
+    }
     sync(driver, id, &Default::default()).await
 }
 
@@ -110,4 +132,39 @@ async fn apply(
     }
     info!(volume_id = %id, changes = changes.len(), "driver cache objects updated");
     Ok(changes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::driver_cache::CnsVSphereVolumeMigrationSpec;
+
+    #[test]
+    fn an_id_the_driver_maps_to_another_disk_is_neither_published_nor_removed() {
+        let (p, q) = (
+            VolumePath::parse("[ds] kubevols/p.vmdk").unwrap(),
+            VolumePath::parse("[ds] kubevols/q.vmdk").unwrap(),
+        );
+        let q_id = VolumeId::from("vol-q");
+        let driver = DriverIndex::default();
+        let spec = |raw: &str, id: &VolumeId| CnsVSphereVolumeMigrationSpec {
+            volumepath: raw.to_owned(),
+            volumeid: id.0.clone(),
+            protectvolumefromvmdelete: true,
+        };
+        driver.upsert("vol-q", &spec("[ds] kubevols/q.vmdk", &q_id), false);
+        let pvs = PvIndex::default();
+        pvs.upsert("pv-p", Some(crate::controller::pv_index::PvVolume::Valid(p.clone())));
+
+        // p's status names q's volume (edited by hand): nothing to write for p.
+        assert_eq!(foreign_disk(&driver, &p, &q_id), Some(q.clone()));
+        assert!(publish_changes(&driver, &pvs, &p, &q_id, true).is_empty());
+        // For q itself the ID is its own.
+        assert_eq!(foreign_disk(&driver, &q, &q_id), None);
+        // An ID of p (another spelling of p's disk) is not foreign.
+        let p_id = VolumeId::from("vol-p");
+        driver.upsert("vol-p", &spec("[ds] kubevols//p.vmdk", &p_id), false);
+        assert_eq!(foreign_disk(&driver, &p, &p_id), None);
+        assert!(!publish_changes(&driver, &pvs, &p, &p_id, true).is_empty());
+    }
 }

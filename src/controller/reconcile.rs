@@ -123,7 +123,7 @@ async fn finalize(
                 source,
             })?;
         if let Some(id) = vm.status.as_ref().and_then(|s| s.volume_id.as_deref()) {
-            super::publish::unpublish(ctx, &crate::backend::VolumeId::from(id))
+            super::publish::unpublish(ctx, &path, &crate::backend::VolumeId::from(id))
                 .await
                 .map_err(|source| Error::Publish {
                     name: name.clone(),

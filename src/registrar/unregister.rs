@@ -4,11 +4,12 @@
 use std::collections::BTreeSet;
 
 use tokio::time::Instant;
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
 use super::{RegisterError, Registrar, StatusUpdate};
 use crate::api::Phase;
-use crate::backend::{ErrorClass, VolumeId};
+use crate::backend::{CnsVolume, ErrorClass, VolumeId};
+use crate::volume_path::CNS_NAME_PREFIX;
 use crate::volume_path::VolumePath;
 
 impl Registrar {
@@ -39,6 +40,20 @@ impl Registrar {
         let found = self
             .call(path, || self.backend.find_volumes(&name, path))
             .await?;
+        let known: BTreeSet<VolumeId> = found.iter().map(|v| v.id.clone()).collect();
+        // A stored ID that CNS says backs another disk (a hand-edited status) is that
+        // disk's volume: never unregister it (docs/security.md).
+        let unverified: Vec<VolumeId> = ids.difference(&known).cloned().collect();
+        if !unverified.is_empty() {
+            let live = self
+                .call(path, || self.backend.volumes_by_id(&unverified))
+                .await?;
+            for volume in live.iter().filter(|v| backs_another_disk(v, path)) {
+                warn!(%path, volume_id = %volume.id, other = ?volume.backing_path, name = %volume.name,
+                    "not unregistering: this CNS volume belongs to another disk");
+                ids.remove(&volume.id);
+            }
+        }
         ids.extend(found.into_iter().filter(|v| v.name == name).map(|v| v.id));
 
         if state.is_some() {
@@ -74,6 +89,8 @@ impl Registrar {
     }
 
     /// Unregisters one volume (fenced: only a current leader deletes).
+    ///
+    /// Callers have checked that `id` is `path`'s.
     async fn delete(&self, path: &VolumePath, id: &VolumeId) -> Result<(), RegisterError> {
         self.fence(path)?;
         match self.call(path, || self.backend.delete_volume(id)).await {
@@ -111,4 +128,12 @@ impl Registrar {
             }
         }
     }
+}
+
+/// Whether CNS says `volume` is another disk's: its backing path, or volmig's name of
+/// another path. A volume with neither (a foreign name, no backing path) gets the benefit
+/// of the doubt, as in full sync.
+fn backs_another_disk(volume: &CnsVolume, path: &VolumePath) -> bool {
+    volume.backing_path.as_ref().is_some_and(|b| b != path)
+        || (volume.name.starts_with(CNS_NAME_PREFIX) && volume.name != path.cns_volume_name())
 }

@@ -679,15 +679,19 @@ pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every daemon of every end-to-end test is checked for panics when it goes away (a panic
+/// in a spawned task need not end the process; docs/security.md counts them: 0).
 impl Drop for Daemon {
     fn drop(&mut self) {
+        let log = self.log_text();
         if std::thread::panicking() {
-            let log = self.log_text();
             let tail: Vec<&str> = log.lines().rev().take(60).collect();
             eprintln!("--- last lines of {} ---", self.log.display());
             for line in tail.iter().rev() {
                 eprintln!("{line}");
             }
+        } else if let Some(line) = log.lines().find(|l| l.contains("panicked")) {
+            panic!("volmig panicked ({}): {line}", self.log.display());
         }
     }
 }

@@ -328,7 +328,7 @@ impl FullSync {
         if switched {
             // volmig's own objects for the replaced ID would leave the driver two IDs for
             // one path; the next publish writes the driver's ID under every spelling.
-            crate::controller::publish::unpublish(&self.ctx, &VolumeId::from(replaced))
+            crate::controller::publish::unpublish(&self.ctx, path, &VolumeId::from(replaced))
                 .await
                 .map_err(RepairError::Publish)?;
         }

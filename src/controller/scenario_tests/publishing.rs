@@ -51,8 +51,8 @@ async fn published_once_kept_while_no_pv_spells_it_removed_with_the_registration
 
     // Unregistered: the object goes.
     let task = tokio::spawn({
-        let (ctx, id) = (Arc::clone(&f.ctx), id.clone());
-        async move { unpublish(&ctx, &id).await }
+        let (ctx, id, a) = (Arc::clone(&f.ctx), id.clone(), a.clone());
+        async move { unpublish(&ctx, &a, &id).await }
     });
     let call = f.api.next().await;
     assert_eq!(

@@ -427,6 +427,31 @@ async fn unregister_keeps_disk_and_is_idempotent() {
     assert_eq!(f.backend.calls(op::DELETE), 1);
 }
 
+/// A status whose volume ID was edited by hand to another disk's volume: unregistering
+/// the path must not unregister the other disk's volume (docs/security.md).
+#[tokio::test(start_paused = true)]
+async fn unregister_never_deletes_another_disks_volume_named_in_the_status() {
+    let f = fixture(config());
+    let (p, q) = (path(12), path(13));
+    f.backend.add_disk(&p);
+    f.backend.add_disk(&q);
+    let own = f.registrar.register(&p).await.unwrap().volume_id;
+    let other = f.registrar.register(&q).await.unwrap().volume_id;
+    let edited = StatusUpdate::Registered {
+        volume_id: other.clone(),
+        disk_uuid: None,
+        adopted: false,
+        attempts: 1,
+        protected: false,
+    };
+    f.store.save(&p, &edited, None).await.unwrap();
+
+    f.registrar.unregister(&p).await.unwrap();
+    let left: Vec<VolumeId> = f.backend.volumes().into_iter().map(|v| v.id).collect();
+    assert_eq!(left, vec![other], "q's volume stays; p's own ({own}) goes");
+    assert_eq!(f.registrar.lookup(&q).await.unwrap(), left[0]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn lookup_never_registers() {
     let f = fixture(config());
