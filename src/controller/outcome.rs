@@ -1,5 +1,5 @@
-//! Reports what a registration did: the metric, a log line and Events on the
-//! VolumeMigration and its PVs. Shared by the reconciler and full sync.
+//! Reports what a registration did: the metric, a log line and Events on the PVs (and,
+//! for failures, on the VolumeMigration). Shared by the reconciler and full sync.
 
 use std::time::Instant;
 
@@ -61,9 +61,13 @@ pub async fn register_and_report(
         }
     };
     ctx.metrics.registration(metric, started.elapsed());
-    ctx.events
-        .on_migration(vm, type_, event, note.clone())
-        .await;
+    // A success is told where users look, on the PVs; the VolumeMigration's status carries
+    // it already (one Event per new PV, docs/design.md §2.2). A failure is told on both.
+    if type_ == EventType::Warning || pvs.is_empty() {
+        ctx.events
+            .on_migration(vm, type_, event, note.clone())
+            .await;
+    }
     for pv in pvs {
         ctx.events.on_pv(pv, type_, event, note.clone()).await;
     }

@@ -154,7 +154,10 @@ mod tests {
         };
         driver.upsert("vol-q", &spec("[ds] kubevols/q.vmdk", &q_id), false);
         let pvs = PvIndex::default();
-        pvs.upsert("pv-p", Some(crate::controller::pv_index::PvVolume::Valid(p.clone())));
+        pvs.upsert(
+            "pv-p",
+            Some(crate::controller::pv_index::PvVolume::Valid(p.clone())),
+        );
 
         // p's status names q's volume (edited by hand): nothing to write for p.
         assert_eq!(foreign_disk(&driver, &p, &q_id), Some(q.clone()));

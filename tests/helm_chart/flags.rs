@@ -171,12 +171,9 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "--gc-orphans",
             |a| a.gc_orphans,
         ),
-        (
-            "dry-run",
-            vec!["--set", "dryRun=true"],
-            "--dry-run",
-            |a| a.dry_run,
-        ),
+        ("dry-run", vec!["--set", "dryRun=true"], "--dry-run", |a| {
+            a.dry_run
+        }),
         (
             "leader-election",
             vec![
