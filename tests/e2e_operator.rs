@@ -422,3 +422,75 @@ async fn sigterm_during_registration_keeps_every_id() {
         created_before_restart.len()
     );
 }
+
+/// Issue 14 goal 2: at most four API writes per new PV, Events counted (the VolumeMigration
+/// create, the write-ahead carrying the PV list, the ID, one Event on the PV), counted at
+/// the API test server by resource (the Lease's renewals and the test's own PV creates
+/// are not volmig's per-PV work).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_four_api_writes_per_new_pv() {
+    const N: usize = 8;
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(N)).await;
+    let cluster = Cluster::start().await;
+    let daemon = Daemon::spawn(&cluster, &sim, "writes", &["--full-sync-interval", "1h"]);
+    daemon.wait_ready().await;
+    // The start-up pass is over: from here on only the new PVs cause work.
+    wait_for(
+        Duration::from_secs(30),
+        "the first full-sync pass",
+        || async {
+            daemon
+                .metric("volmig_full_sync_passes_total{result=\"ok\"}")
+                .await
+                .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
+    let server = cluster
+        .server
+        .as_ref()
+        .expect("the API test server counts writes");
+    let per_pv_writes = || {
+        server
+            .stats()
+            .requests
+            .iter()
+            .filter(|r| r.verb.is_write())
+            .filter(|r| matches!(r.resource.as_str(), "volumemigrations" | "events"))
+            .map(|r| r.count)
+            .sum::<u64>()
+    };
+    let before = per_pv_writes();
+    let mut paths = BTreeSet::new();
+    for n in 1..=N {
+        let raw = sim.vmdk_path("kubevols", n);
+        cluster.create_pv(&format!("pv-{n}"), &raw).await;
+        paths.insert(canonical(&raw));
+    }
+    let done = converged(&cluster, &paths).await;
+    assert!(done.values().all(|vm| phase(vm) == Some(Phase::Registered)));
+    // Let the Events of the last registrations land.
+    wait_for(
+        Duration::from_secs(30),
+        "one Registered Event per PV",
+        || async { (cluster.events("Registered").await.len() >= N).then_some(()) },
+    )
+    .await;
+    let writes = per_pv_writes() - before;
+    assert!(
+        writes <= 4 * N as u64,
+        "{writes} writes for {N} new PVs ({:.2} per PV): {:?}",
+        writes as f64 / N as f64,
+        server.stats().requests
+    );
+    for vm in done.values() {
+        assert_eq!(
+            vm.status
+                .as_ref()
+                .and_then(|s| s.persistent_volumes.as_ref())
+                .map(Vec::len),
+            Some(1)
+        );
+    }
+    println!("{writes} API writes for {N} new PVs");
+}

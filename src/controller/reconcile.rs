@@ -51,7 +51,10 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     if plan.add_finalizer {
         set_finalizer(&ctx, &vm, true).await?;
     }
-    if let Some(pvs) = &plan.set_pvs {
+    // A registration's first status write carries the PV list: one write less per new PV.
+    let registration_records_pvs =
+        matches!(plan.step, Step::Register(_)) && ctx.registrar.records_pvs();
+    if let Some(pvs) = plan.set_pvs.as_ref().filter(|_| !registration_records_pvs) {
         write_pv_list(&ctx, &vm, pvs).await?;
     }
     if let Some(publish) = &plan.publish {

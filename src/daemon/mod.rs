@@ -8,6 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +25,7 @@ use crate::controller::pv_watcher::PvWatcher;
 use crate::controller::{Context, PvIndex, reconcile};
 use crate::http::{self, Health};
 use crate::k8s::events::Events;
-use crate::k8s::status::{KubeStatusStore, StatusWriter};
+use crate::k8s::status::{KubeStatusStore, StatusExtras, StatusExtrasSource, StatusWriter};
 use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
@@ -147,9 +148,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         registrar_config =
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
+    let migrations: Api<VolumeMigration> = Api::all(client.clone());
+    let controller = Controller::new(migrations.clone(), watcher::Config::default());
+    let cache = controller.store();
+    let index = Arc::new(PvIndex::default());
+    let store = KubeStatusStore::new(client.clone()).with_extras(status_extras(&index, &cache));
     let registrar = Arc::new(Registrar::new(
         backend,
-        Arc::new(KubeStatusStore::new(client.clone())),
+        Arc::new(store),
         registrar_config
             .with_max_concurrent(usize::from(args.max_concurrent_registrations))
             .with_rate_limit(Some(args.vc_requests_per_second))
@@ -159,13 +165,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_instance(holder_id.clone()),
     ));
 
-    let migrations: Api<VolumeMigration> = Api::all(client.clone());
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let ctx = Arc::new(Context {
-        migrations: migrations.clone(),
+        migrations,
         status: StatusWriter::new(client.clone()),
         registrar,
-        index: Arc::new(PvIndex::default()),
+        index,
         leader: leader.gate.clone(),
         metrics: metrics.clone(),
         events: Events::new(client.clone(), &holder_id),
@@ -174,8 +179,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         driver: driver.clone(),
     });
 
-    let controller = Controller::new(migrations, watcher::Config::default());
-    let cache = controller.store();
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     let controller_task = tokio::spawn(
         controller
@@ -242,6 +245,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = http_task.await;
     info!("stopped");
     Ok(())
+}
+
+/// What a registration's status writes record besides the transition: the PVs of the path
+/// from the PV index and the generation of the cached object, read at write time.
+fn status_extras(index: &Arc<PvIndex>, cache: &Store<VolumeMigration>) -> StatusExtrasSource {
+    let (index, cache) = (index.clone(), cache.clone());
+    Arc::new(move |path| StatusExtras {
+        pvs: index.pvs_for(path),
+        observed_generation: cache
+            .get(&ObjectRef::new(&path.object_name()))
+            .and_then(|vm| vm.metadata.generation),
+    })
 }
 
 /// Waits up to [`SHUTDOWN_GRACE`] for the tasks, then abandons them: nothing of this

@@ -56,6 +56,35 @@ pub enum StatusChange {
         /// Their IDs, sorted.
         ids: Vec<String>,
     },
+    /// A registrar transition that also carries the PV list (one write instead of two for
+    /// a new PV, docs/design.md §4.4).
+    RegistrarWithPvs {
+        /// The transition.
+        update: StatusUpdate,
+        /// The PV list and generation to record with it.
+        extras: StatusExtras,
+    },
+}
+
+/// What a registrar write carries besides its transition: the PVs that use the path now
+/// and the object's generation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatusExtras {
+    /// PV names, sorted.
+    pub pvs: Vec<String>,
+    /// The object's `metadata.generation`, when known.
+    pub observed_generation: Option<i64>,
+}
+
+/// Where a [`KubeStatusStore`] reads the [`StatusExtras`] of a path at write time.
+pub type StatusExtrasSource = std::sync::Arc<dyn Fn(&VolumePath) -> StatusExtras + Send + Sync>;
+
+fn pv_fields(pvs: &[String], observed_generation: Option<i64>) -> Value {
+    json!({
+        "persistentVolumes": crate::api::status_pv_names(pvs),
+        "persistentVolumeCount": pvs.len(),
+        "observedGeneration": observed_generation,
+    })
 }
 
 /// What kind of failure a status write met.
@@ -157,16 +186,22 @@ fn conditions(now: jiff::Timestamp, registered: bool, reason: &str, message: &st
 pub fn status_patch(change: &StatusChange, now: jiff::Timestamp) -> Value {
     let status = match change {
         StatusChange::Registrar(update) => registrar_status(update, now),
+        StatusChange::RegistrarWithPvs { update, extras } => {
+            let mut s = registrar_status(update, now);
+            if let (Some(s), Value::Object(pv)) = (
+                s.as_object_mut(),
+                pv_fields(&extras.pvs, extras.observed_generation),
+            ) {
+                s.extend(pv);
+            }
+            s
+        }
         StatusChange::PersistentVolumes {
             pvs,
             observed_generation,
             pending,
         } => {
-            let mut s = json!({
-                "persistentVolumes": crate::api::status_pv_names(pvs),
-                "persistentVolumeCount": pvs.len(),
-                "observedGeneration": observed_generation,
-            });
+            let mut s = pv_fields(pvs, *observed_generation);
             if *pending {
                 s["phase"] = json!(Phase::Pending.as_str());
             }
@@ -306,6 +341,7 @@ pub fn check_tracks(vm: &VolumeMigration, path: &VolumePath) -> Result<(), Store
 pub struct KubeStatusStore {
     api: Api<VolumeMigration>,
     writer: StatusWriter,
+    extras: Option<StatusExtrasSource>,
 }
 
 impl KubeStatusStore {
@@ -314,7 +350,16 @@ impl KubeStatusStore {
         Self {
             api: Api::all(client.clone()),
             writer: StatusWriter::new(client),
+            extras: None,
         }
+    }
+
+    /// Every write-ahead, stored ID and failure also records the path's PV list (and
+    /// generation) read from `source` at write time, so a new PV needs no separate PV-list
+    /// write.
+    pub fn with_extras(mut self, source: StatusExtrasSource) -> Self {
+        self.extras = Some(source);
+        self
     }
 }
 
@@ -358,13 +403,29 @@ impl StatusStore for KubeStatusStore {
         update: &StatusUpdate,
         expect: Option<&Version>,
     ) -> Result<Version, StoreError> {
-        let change = StatusChange::Registrar(update.clone());
+        let carries_pvs = matches!(
+            update,
+            StatusUpdate::Registering { .. }
+                | StatusUpdate::Registered { .. }
+                | StatusUpdate::Failed { .. }
+        );
+        let change = match &self.extras {
+            Some(source) if carries_pvs => StatusChange::RegistrarWithPvs {
+                update: update.clone(),
+                extras: source(path),
+            },
+            _ => StatusChange::Registrar(update.clone()),
+        };
         let written = self
             .writer
             .write(&path.object_name(), &change, expect.map(|v| v.0.as_str()))
             .await
             .map_err(|e| store_error(path, &e.source))?;
         Ok(Version(written.unwrap_or_default()))
+    }
+
+    fn records_pvs(&self) -> bool {
+        self.extras.is_some()
     }
 }
 

@@ -322,6 +322,11 @@ impl Registrar {
         &self.backend
     }
 
+    /// Whether the status writes of a registration also record the path's PV list.
+    pub fn records_pvs(&self) -> bool {
+        self.store.records_pvs()
+    }
+
     /// The retry policy (also used by callers to schedule requeues).
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.config.retry

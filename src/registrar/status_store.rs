@@ -151,6 +151,12 @@ pub trait StatusStore: Send + Sync + 'static {
         update: &StatusUpdate,
         expect: Option<&Version>,
     ) -> Result<Version, StoreError>;
+
+    /// Whether write-aheads, stored IDs and failures also record the path's PV list (so
+    /// that a caller about to register need not write it first).
+    fn records_pvs(&self) -> bool {
+        false
+    }
 }
 
 /// How an update changes the stored state (shared by the in-memory store and tests).

@@ -335,23 +335,31 @@ fn fixture_with_driver(
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let backend = Arc::new(InMemoryBackend::new());
-    let store = Arc::new(KubeStatusStore::new(client.clone()));
+    let index = Arc::new(PvIndex::default());
+    for (name, raw) in pvs {
+        index.upsert(name, Some(PvVolume::Valid(path(raw))));
+    }
+    index.set_synced();
+    // As the daemon wires it: registrar writes carry the PV list (generation 1: every
+    // fixture object is at its first generation).
+    let pvs_of = Arc::clone(&index);
+    let store = Arc::new(KubeStatusStore::new(client.clone()).with_extras(Arc::new(
+        move |p: &VolumePath| crate::k8s::status::StatusExtras {
+            pvs: pvs_of.pvs_for(p),
+            observed_generation: Some(1),
+        },
+    )));
     let registrar = Registrar::new(
         Arc::clone(&backend) as Arc<dyn VolumeBackend>,
         store,
         RegistrarConfig::new("cluster-1").with_instance(INSTANCE),
     );
-    let index = PvIndex::default();
-    for (name, raw) in pvs {
-        index.upsert(name, Some(PvVolume::Valid(path(raw))));
-    }
-    index.set_synced();
     let metrics = Metrics::new();
     let ctx = Context {
         migrations: kube::Api::all(client.clone()),
         status: StatusWriter::new(client.clone()),
         registrar: Arc::new(registrar),
-        index: Arc::new(index),
+        index,
         leader: LeaderGate::always(),
         metrics: metrics.clone(),
         events: Events::new(client.clone(), INSTANCE),

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use harness::*;
 
 #[tokio::test]
-async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
+async fn scenario_new_migration_is_registered_with_write_ahead_and_one_event() {
     let mut f = fixture(&[("pv-a", PATH_A)]);
     let a = path(PATH_A);
     f.backend.add_disk(&a);
@@ -39,24 +39,13 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
     let mut stored = Stored::new(&vm);
     let task = f.reconcile(&vm);
 
-    // 1. The PV list and Pending, conditional on the version the reconciler read.
-    let call = f.api.next().await;
-    call.expect(Method::PATCH, &status_url(&name), FIELD_MANAGER_QUERY);
-    assert_eq!(
-        call.body,
-        json!({
-            "metadata": {"resourceVersion": "1"},
-            "status": {"persistentVolumes": ["pv-a"], "persistentVolumeCount": 1, "observedGeneration": 1, "phase": "Pending"},
-        })
-    );
-    stored.patch(call, true);
-
-    // 2. The registrar reads the stored state under the path's lock.
+    // 1. No separate PV-list write: the write-ahead carries it (4 writes per new PV,
+    //    issue 14). 2. The registrar reads the stored state under the path's lock.
     let call = f.api.next().await;
     call.expect(Method::GET, &object_url(&name), "");
     stored.get(call);
 
-    // 3. The write-ahead, conditional on the version just read.
+    // 3. The write-ahead with the PV list, conditional on the version just read.
     let call = f.api.next().await;
     call.expect(Method::PATCH, &status_url(&name), FIELD_MANAGER_QUERY);
     let token = call.body["status"]["registeringToken"]
@@ -67,13 +56,16 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
     assert_eq!(
         without_times(&call.body),
         json!({
-            "metadata": {"resourceVersion": "2"},
+            "metadata": {"resourceVersion": "1"},
             "status": {
                 "phase": "Registering",
                 "attempts": 1,
                 "nextRetryTime": null,
                 "registeringToken": token,
                 "conditions": conditions("False", "Registering", "a CNS create may be in flight"),
+                "persistentVolumes": ["pv-a"],
+                "persistentVolumeCount": 1,
+                "observedGeneration": 1,
             },
         })
     );
@@ -88,7 +80,7 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
     assert_eq!(
         without_times(&call.body),
         json!({
-            "metadata": {"resourceVersion": "3"},
+            "metadata": {"resourceVersion": "2"},
             "status": {
                 "phase": "Registered",
                 "volumeID": id,
@@ -99,6 +91,9 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_events() {
                 "registeringToken": null,
                 "protectedFromVMDelete": true,
                 "conditions": conditions("True", "Created", &format!("CNS volume {id}")),
+                "persistentVolumes": ["pv-a"],
+                "persistentVolumeCount": 1,
+                "observedGeneration": 1,
             },
         })
     );
@@ -197,7 +192,10 @@ async fn scenario_invalid_path_is_recorded_once() {
 async fn scenario_status_conflict_is_a_transient_write_status_failure() {
     let mut f = fixture(&[("pv-a", PATH_A)]);
     let name = path(PATH_A).object_name();
-    let vm = migration(&name, PATH_A, true, None);
+    // Registered, with a PV list that is out of date: the reconciler writes the list.
+    let status =
+        json!({"phase": "Registered", "volumeID": "vol-a", "persistentVolumes": ["pv-old"]});
+    let vm = migration(&name, PATH_A, true, Some(status));
     // The object changed since the reconciler's cache saw it.
     let mut stored = Stored::new(&vm);
     stored.version = 2;
