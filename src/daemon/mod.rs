@@ -8,8 +8,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
@@ -149,8 +149,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
     let migrations: Api<VolumeMigration> = Api::all(client.clone());
-    let controller = Controller::new(migrations.clone(), watcher::Config::default());
-    let cache = controller.store();
+    let (cache, cache_writer) = reflector::store();
+    let watch = watcher::watcher(migrations.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(strip_unread_fields)
+        .reflect(cache_writer)
+        .applied_objects();
+    let controller = Controller::for_stream(watch, cache.clone())
+        .with_config(controller_config(args.max_concurrent_registrations));
     let index = Arc::new(PvIndex::default());
     let store = KubeStatusStore::new(client.clone()).with_extras(status_extras(&index, &cache));
     let registrar = Arc::new(Registrar::new(
@@ -247,6 +253,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fields of a VolumeMigration volmig never reads; dropped before the cache keeps the
+/// object (memory per volume; a real API server adds kilobytes of `managedFields`).
+fn strip_unread_fields(vm: &mut VolumeMigration) {
+    vm.metadata.managed_fields = None;
+    vm.metadata.annotations = None;
+    if let Some(status) = vm.status.as_mut() {
+        status.conditions = None;
+    }
+}
+
+/// Reconciles in flight at most: all objects at once at start-up held every object's
+/// task in memory. A reconcile may wait for a backend slot or a create in flight (up to
+/// the in-flight grace), so the bound leaves room beyond the backend's own limit.
+fn controller_config(max_concurrent_registrations: u16) -> controller::Config {
+    let bound = u32::from(max_concurrent_registrations) * 2 + 64;
+    controller::Config::default().concurrency(u16::try_from(bound).unwrap_or(u16::MAX))
+}
+
 /// What a registration's status writes record besides the transition: the PVs of the path
 /// from the PV index and the generation of the cached object, read at write time.
 fn status_extras(index: &Arc<PvIndex>, cache: &Store<VolumeMigration>) -> StatusExtrasSource {
@@ -292,5 +316,52 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_what_decisions_read_and_drops_the_rest() {
+        let mut vm: VolumeMigration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "volmig.io/v1alpha1",
+            "kind": "VolumeMigration",
+            "metadata": {
+                "name": "disk-1", "resourceVersion": "7", "generation": 2,
+                "finalizers": ["volmig.io/registration"],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {"volumePath": "[ds] kubevols/a.vmdk"},
+            "status": {
+                "phase": "Registered", "volumeID": "vol-1", "persistentVolumes": ["pv-a"],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Created",
+                    "message": "CNS volume vol-1", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            },
+        }))
+        .unwrap();
+        let before = crate::controller::full_sync::record(&vm);
+        strip_unread_fields(&mut vm);
+        assert_eq!(crate::controller::full_sync::record(&vm), before);
+        assert!(vm.metadata.managed_fields.is_none());
+        assert!(vm.metadata.annotations.is_none());
+        let status = vm.status.as_ref().unwrap();
+        assert!(status.conditions.is_none());
+        assert_eq!(status.volume_id.as_deref(), Some("vol-1"));
+        assert_eq!(vm.metadata.finalizers.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn reconcile_concurrency_leaves_room_beyond_the_backend_slots() {
+        for slots in [1u16, 8, 1024] {
+            let config = controller_config(slots);
+            let debug = format!("{config:?}");
+            assert!(
+                debug.contains(&format!("concurrency: {}", u32::from(slots) * 2 + 64)),
+                "{debug}"
+            );
+        }
     }
 }
