@@ -20,28 +20,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
-
-async fn install_driver_crd(cluster: &Cluster) {
-    let yaml = volmig::k8s::driver_cache::crd_yaml().expect("render the driver's CRD");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("parse CRD");
-    Api::<CustomResourceDefinition>::all(cluster.client.clone())
-        .create(&PostParams::default(), &crd)
-        .await
-        .expect("install the driver's CRD");
-    let api: Api<CnsVSphereVolumeMigration> = Api::all(cluster.client.clone());
-    wait_for(
-        Duration::from_secs(30),
-        "the driver's CRD served",
-        || async { api.list(&ListParams::default()).await.ok().map(drop) },
-    )
-    .await;
-}
 
 /// The driver's cache as the driver builds it: raw volume path → volume ID.
 async fn driver_cache(cluster: &Cluster) -> BTreeMap<String, (String, bool)> {
@@ -97,7 +80,7 @@ fn canonical(raw: &str) -> String {
 async fn every_raw_spelling_hits_the_drivers_cache_with_the_registered_id() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(3).vcenter_version("7.0.3")).await;
     let cluster = Cluster::start().await;
-    install_driver_crd(&cluster).await;
+    cluster.install_driver_crd().await;
     let mut raws = BTreeMap::new();
     for n in 1..=3 {
         let raw = sim.vmdk_path("kubevols", n);
@@ -160,7 +143,7 @@ async fn every_raw_spelling_hits_the_drivers_cache_with_the_registered_id() {
 async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(3)).await;
     let cluster = Cluster::start().await;
-    install_driver_crd(&cluster).await;
+    cluster.install_driver_crd().await;
 
     // Ordering 1: the driver registered before volmig ever ran.
     let before = sim.vmdk_path("kubevols", 1);
@@ -256,7 +239,7 @@ async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
     const POLICY_ID: &str = "aa6d5a82-1c88-45da-85d3-3d74b91a5bad";
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2).vcenter_version("8.0.3")).await;
     let cluster = Cluster::start().await;
-    install_driver_crd(&cluster).await;
+    cluster.install_driver_crd().await;
     let with_policy = sim.vmdk_path("kubevols", 1);
     let mut vm = volmig::k8s::migrations::new_migration(&VolumePath::parse(&with_policy).unwrap());
     vm.spec.storage_policy_name = Some(POLICY.into());
@@ -325,7 +308,7 @@ async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
 async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remains() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
     let cluster = Cluster::start().await;
-    install_driver_crd(&cluster).await;
+    cluster.install_driver_crd().await;
     let raw = sim.vmdk_path("kubevols", 1);
     cluster.create_pv("pv-1", &raw).await;
     let _daemon = Daemon::spawn(&cluster, &sim, "first", &["--full-sync-interval", "2s"]);

@@ -20,8 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
@@ -30,22 +29,6 @@ use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
 /// In-tree PVs of the scenario; the first half is lost outright, the second half comes
 /// back from a backup without status.
 const PVS: usize = 6;
-
-async fn install_driver_crd(cluster: &Cluster) {
-    let yaml = volmig::k8s::driver_cache::crd_yaml().expect("render the driver's CRD");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("parse CRD");
-    Api::<CustomResourceDefinition>::all(cluster.client.clone())
-        .create(&PostParams::default(), &crd)
-        .await
-        .expect("install the driver's CRD");
-    let api: Api<CnsVSphereVolumeMigration> = Api::all(cluster.client.clone());
-    wait_for(
-        Duration::from_secs(30),
-        "the driver's CRD served",
-        || async { api.list(&ListParams::default()).await.ok().map(drop) },
-    )
-    .await;
-}
 
 fn drivers(cluster: &Cluster) -> Api<CnsVSphereVolumeMigration> {
     Api::all(cluster.client.clone())
@@ -112,7 +95,7 @@ fn without_status(mut object: serde_json::Value) -> serde_json::Value {
 async fn a_restore_without_status_adopts_every_volume_and_creates_none() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(PVS)).await;
     let cluster = Cluster::start().await;
-    install_driver_crd(&cluster).await;
+    cluster.install_driver_crd().await;
     let raws: Vec<String> = (1..=PVS).map(|n| sim.vmdk_path("kubevols", n)).collect();
     for (n, raw) in raws.iter().enumerate() {
         cluster.create_pv(&format!("pv-{}", n + 1), raw).await;

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::api::{Phase, VolumeMigration};
@@ -21,7 +20,6 @@ use crate::controller::PvIndex;
 use crate::controller::decide::{Observed, Step, decide};
 use crate::controller::full_sync::{self, MigrationRecord, PAGE_SIZE, plan, record};
 use crate::controller::publish::{DriverCache, publish_changes};
-use crate::http::{self, Health};
 use crate::k8s::client::for_each_page;
 use crate::k8s::driver_cache::DriverChange;
 use crate::metrics::Metrics;
@@ -32,23 +30,13 @@ type Counts = BTreeMap<(&'static str, &'static str), usize>;
 
 /// Runs dry-run passes until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
-    let client = super::kube_client_as(
-        args.kube.kubeconfig.as_deref(),
-        &super::user_agent(&holder_id),
-    )
-    .await?;
-    let metrics = Metrics::new();
-    let health = Health::new();
-    health.set_not_ready("no dry-run pass completed yet");
-    let shutdown = CancellationToken::new();
-    let (http_addr, http_task) = http::serve(
-        args.http_addr,
-        metrics.clone(),
-        health.clone(),
-        shutdown.clone().cancelled_owned(),
-    )
-    .await?;
-    info!(address = %http_addr, "HTTP endpoints up");
+    let super::Started {
+        client,
+        metrics,
+        health,
+        shutdown,
+        http_task,
+    } = super::start(&args, &holder_id, "no dry-run pass completed yet").await?;
     warn!(
         "dry run: no Lease, no writes to Kubernetes or vCenter; logging what would be done \
          every --full-sync-interval"

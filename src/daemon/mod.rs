@@ -104,6 +104,39 @@ fn cluster_id(args: &RunArgs) -> anyhow::Result<String> {
     Ok(crate::vcenter_config::resolve(args)?.cluster_id)
 }
 
+/// What every run mode starts with: a client, metrics, health (not ready yet) and the HTTP
+/// endpoints, which stop when `shutdown` is cancelled.
+struct Started {
+    client: kube::Client,
+    metrics: Metrics,
+    health: Health,
+    shutdown: CancellationToken,
+    http_task: JoinHandle<()>,
+}
+
+async fn start(args: &RunArgs, holder_id: &str, not_ready: &str) -> anyhow::Result<Started> {
+    let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(holder_id)).await?;
+    let metrics = Metrics::new();
+    let health = Health::new();
+    health.set_not_ready(not_ready);
+    let shutdown = CancellationToken::new();
+    let (http_addr, http_task) = http::serve(
+        args.http_addr,
+        metrics.clone(),
+        health.clone(),
+        shutdown.clone().cancelled_owned(),
+    )
+    .await?;
+    info!(address = %http_addr, "HTTP endpoints up");
+    Ok(Started {
+        client,
+        metrics,
+        health,
+        shutdown,
+        http_task,
+    })
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // One identity for the Lease, the User-Agent, Events and write-ahead tokens.
@@ -114,20 +147,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.dry_run {
         return dry_run::run(args, holder_id).await;
     }
-    let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(&holder_id)).await?;
-    let metrics = Metrics::new();
-    let health = Health::new();
-    health.set_not_ready("caches not synced yet");
-    let shutdown = CancellationToken::new();
-
-    let (http_addr, http_task) = http::serve(
-        args.http_addr,
-        metrics.clone(),
-        health.clone(),
-        shutdown.clone().cancelled_owned(),
-    )
-    .await?;
-    info!(address = %http_addr, "HTTP endpoints up");
+    let Started {
+        client,
+        metrics,
+        health,
+        shutdown,
+        http_task,
+    } = start(&args, &holder_id, "caches not synced yet").await?;
 
     let leader = leadership::start(&args, &client, &holder_id, &metrics).await?;
     if args.vc_insecure {

@@ -59,16 +59,7 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, target).await {
-            warn!(object = ?target.name, reason, error = %e, "could not publish event");
-        }
+        publish_with(&self.recorder, target, type_, reason, note).await;
     }
 
     /// An Event on a VolumeMigration.
@@ -93,18 +84,9 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        let target = vm.object_ref(&());
+        // A recorder of its own has no memory of earlier Events to fold this one into.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(&event, &target).await {
-            warn!(object = ?target.name, reason, error = %e, "could not publish event");
-        }
+        publish_with(&recorder, &vm.object_ref(&()), type_, reason, note).await;
     }
 
     /// An Event on the PersistentVolume `name`.
@@ -116,5 +98,24 @@ impl Events {
             ..Default::default()
         };
         self.publish(&target, type_, reason, note).await;
+    }
+}
+
+async fn publish_with(
+    recorder: &Recorder,
+    target: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: reason.to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, target).await {
+        warn!(object = ?target.name, reason, error = %e, "could not publish event");
     }
 }

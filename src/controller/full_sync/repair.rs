@@ -254,21 +254,11 @@ impl FullSync {
             .await
             .map_err(RepairError::WriteStatus)?;
         warn!(%path, old = wrong, new = right, %why, "status.volumeID repaired from CNS");
-        if let Some(vm) = self.cached(name) {
-            let note = format!(
-                "status.volumeID of {path} held {wrong}, but {why}; restored {right}, the CNS \
-                 volume of this path (nothing created or unregistered)"
-            );
-            self.ctx
-                .events
-                .on_migration_distinct(
-                    &vm,
-                    EventType::Warning,
-                    event_reason::VOLUME_ID_REPAIRED,
-                    note,
-                )
-                .await;
-        }
+        let note = format!(
+            "status.volumeID of {path} held {wrong}, but {why}; restored {right}, the CNS \
+             volume of this path (nothing created or unregistered)"
+        );
+        self.volume_id_repaired(name, note).await;
         Ok(())
     }
 
@@ -286,9 +276,7 @@ impl FullSync {
             .reregister(path, &VolumeId::from(wrong))
             .await
             .map_err(RepairError::Register)?;
-        if registration.volume_id.0 != wrong
-            && let Some(vm) = self.cached(&path.object_name())
-        {
+        if registration.volume_id.0 != wrong {
             let how = if registration.adopted {
                 "adopted"
             } else {
@@ -300,6 +288,15 @@ impl FullSync {
                 registration.volume_id
             );
             warn!(%path, old = wrong, new = %registration.volume_id, %owner, "status.volumeID repaired");
+            self.volume_id_repaired(&path.object_name(), note).await;
+        }
+        Ok(())
+    }
+
+    /// The `VolumeIdRepaired` Warning Event on the object `name` (never folded into an
+    /// earlier one: each note names other IDs).
+    async fn volume_id_repaired(&self, name: &str, note: String) {
+        if let Some(vm) = self.cached(name) {
             self.ctx
                 .events
                 .on_migration_distinct(
@@ -310,7 +307,6 @@ impl FullSync {
                 )
                 .await;
         }
-        Ok(())
     }
 
     async fn adopt_driver_id(
