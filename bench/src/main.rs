@@ -13,6 +13,7 @@ mod results;
 mod scale;
 mod scenarios;
 mod sim;
+mod sizing;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -105,8 +106,9 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
         "Throughput and steady-state runs pass `--vc-requests-per-second 10000`: the default \
-         limit (50 backend calls/s, each registration making 3 gated calls) would cap \
-         registration at about 17 volumes/s, below the C ÷ L ideal for C ≥ 8."
+         limit (50 backend calls/s, each registration making 4 gated calls below vCenter \
+         8.0.3) would cap registration at 12.5 volumes/s, below the C ÷ L ideal for C ≥ 8 \
+         (see \"Sizing the vCenter request rate\")."
             .to_string(),
         "Lease writes (leader election renewing its Lease) are counted apart and excluded \
          from the per-PV and per-pass write counts; Events are counted as writes."

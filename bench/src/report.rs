@@ -238,6 +238,8 @@ pub fn render(r: &Results) -> String {
     }
     let _ = writeln!(o, "\n![memory vs volumes](memory.png)\n");
 
+    o.push_str(&crate::sizing::section());
+
     let _ = writeln!(o, "## Notes\n");
     for n in &r.notes {
         let _ = writeln!(o, "- {n}");
