@@ -79,13 +79,16 @@ pub enum PathError {
 
 /// A canonical in-tree volume path: `[<datastore name>] <file path>`.
 ///
-/// Construct it with [`VolumePath::parse`] (or `str::parse`); the fields are always in
-/// canonical form.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Construct it with [`VolumePath::parse`] (or `str::parse`); it is always in canonical
+/// form. Ordered by datastore, then file. Held as one string (one allocation): the PV
+/// index keeps one per in-tree PV.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct VolumePath {
-    datastore: String,
-    file: String,
+    /// `[datastore] file`. A datastore name never contains `]`, so this splits one way.
+    canonical: Box<str>,
+    /// Length in bytes of the datastore name (it starts after the `[`).
+    datastore_len: usize,
 }
 
 impl VolumePath {
@@ -146,32 +149,41 @@ impl VolumePath {
         if !has_vmdk_suffix(&file) || file.rsplit('/').next().is_some_and(|f| f.len() <= 5) {
             return Err(PathError::NotVmdk { path: owned() });
         }
-        Ok(Self { datastore, file })
+        Ok(Self {
+            canonical: format!("[{datastore}] {file}").into_boxed_str(),
+            datastore_len: datastore.len(),
+        })
     }
 
     /// The datastore name (the last segment of an inventory path).
     pub fn datastore(&self) -> &str {
-        &self.datastore
+        &self.canonical[1..1 + self.datastore_len]
     }
 
     /// The file path inside the datastore, without leading slash.
     pub fn file_path(&self) -> &str {
-        &self.file
+        &self.canonical[self.datastore_len + "[] ".len()..]
     }
 
     /// The file name without directories and without the `.vmdk` suffix.
     pub fn file_stem(&self) -> &str {
-        let name = self.file.rsplit('/').next().unwrap_or(&self.file);
+        let file = self.file_path();
+        let name = file.rsplit('/').next().unwrap_or(file);
         &name[..name.len() - ".vmdk".len()]
     }
 
     /// The canonical spelling, `[datastore] file`.
     pub fn canonical(&self) -> String {
-        format!("[{}] {}", self.datastore, self.file)
+        self.as_str().to_owned()
+    }
+
+    /// The canonical spelling, borrowed.
+    pub fn as_str(&self) -> &str {
+        &self.canonical
     }
 
     fn digest_hex(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical().as_bytes()))
+        hex::encode(Sha256::digest(self.canonical.as_bytes()))
     }
 
     /// The `VolumeMigration` object name: sanitized stem + `-` + 16 hex chars (64 bits) of the digest.
@@ -221,7 +233,28 @@ fn sanitize_stem(stem: &str) -> String {
 
 impl fmt::Display for VolumePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.datastore, self.file)
+        f.write_str(&self.canonical)
+    }
+}
+
+impl fmt::Debug for VolumePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VolumePath")
+            .field("datastore", &self.datastore())
+            .field("file", &self.file_path())
+            .finish()
+    }
+}
+
+impl Ord for VolumePath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.datastore(), self.file_path()).cmp(&(other.datastore(), other.file_path()))
+    }
+}
+
+impl PartialOrd for VolumePath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 

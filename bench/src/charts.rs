@@ -73,13 +73,22 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
     let y_max = r
         .throughput
         .iter()
-        .map(|t| t.ideal_per_second.max(t.volumes_per_second.max))
+        .map(|t| {
+            let bare = t.bare.as_ref().map_or(0.0, |b| b.volumes_per_second.max);
+            t.ideal_per_second.max(t.volumes_per_second.max).max(bare)
+        })
         .fold(10.0, f64::max)
         * 2.0;
     let y_min = r
         .throughput
         .iter()
-        .map(|t| t.volumes_per_second.min.min(t.ideal_per_second))
+        .map(|t| {
+            let bare = t
+                .bare
+                .as_ref()
+                .map_or(f64::INFINITY, |b| b.volumes_per_second.min);
+            t.volumes_per_second.min.min(t.ideal_per_second).min(bare)
+        })
         .fold(f64::INFINITY, f64::min)
         .max(0.01)
         * 0.5;
@@ -90,7 +99,7 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
         .y_label_area_size(if text { 80 } else { 10 });
     if text {
         builder.caption(
-            "Registration throughput vs concurrency (measured vs ideal C ÷ L)",
+            "Registration throughput vs concurrency (volmig, bare client, ideal C ÷ L)",
             (FAMILY, 26),
         );
     }
@@ -136,7 +145,7 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
             .map_err(err("series"))?;
         if text {
             measured
-                .label(format!("measured, L = {latency} ms"))
+                .label(format!("volmig, L = {latency} ms"))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
                 });
@@ -162,6 +171,30 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
                 )
             }))
             .map_err(err("error bars"))?;
+        let bare: Vec<(f64, f64)> = points
+            .iter()
+            .filter_map(|t| {
+                let b = t.bare.as_ref()?;
+                Some((x(t.concurrency), b.volumes_per_second.median))
+            })
+            .collect();
+        if !bare.is_empty() {
+            let line = chart
+                .draw_series(LineSeries::new(bare.clone(), color.stroke_width(1)))
+                .map_err(err("bare client"))?;
+            if text {
+                line.label(format!("bare client, L = {latency} ms"))
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(1))
+                    });
+            }
+            chart
+                .draw_series(
+                    bare.iter()
+                        .map(|p| Cross::new(*p, 6, color.stroke_width(2))),
+                )
+                .map_err(err("bare client points"))?;
+        }
         let ideal = chart
             .draw_series(DashedLineSeries::new(
                 points
@@ -369,6 +402,11 @@ mod tests {
             api_writes_per_pv: Summary::of(&[6.0]),
             sim_calls_per_pv: Summary::of(&[4.0]),
             backend_call_ms: Default::default(),
+            bare: None,
+            ratio_to_bare: None,
+            stage_seconds: Default::default(),
+            slot_seconds_per_registration: 0.0,
+            cpu_ms_per_registration: Default::default(),
         };
         let tracked = |volumes: usize, mib: f64| Tracked {
             volumes,

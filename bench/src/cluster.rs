@@ -12,6 +12,9 @@ use kube_testserver::{Options, Stats, TestServer, Verb};
 use volmig::VolumePath;
 use volmig::api::{FIELD_MANAGER, Phase, VolumeMigration};
 use volmig::backend::VolumeId;
+use volmig::k8s::driver_cache::{
+    CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec, MANAGED_BY,
+};
 use volmig::registrar::StatusUpdate;
 
 /// User agent of every request the benchmark itself makes, so that its own writes (PV
@@ -82,6 +85,63 @@ impl Cluster {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(e).context("creating namespace kube-system"),
         }
+    }
+
+    /// Installs the vSphere CSI driver's `CnsVSphereVolumeMigration` CRD, as a cluster
+    /// running the driver has it: volmig then indexes the driver's cache and publishes to it.
+    pub async fn install_driver_crd(&self) -> anyhow::Result<()> {
+        let yaml = volmig::k8s::driver_cache::crd_yaml().context("rendering the driver's CRD")?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&yaml).context("parsing the driver's CRD")?;
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .context("installing the CnsVSphereVolumeMigration CRD")?;
+        let api = self.driver_objects();
+        for _ in 0..300 {
+            if api.list(&ListParams::default().limit(1)).await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("the CnsVSphereVolumeMigration CRD is not served after 30 s")
+    }
+
+    /// The CSI driver's cache objects.
+    pub fn driver_objects(&self) -> Api<CnsVSphereVolumeMigration> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates, for each `(volume, id)`, the driver cache object volmig publishes for a
+    /// Registered path with one PV: named after the ID, labelled as volmig's.
+    pub async fn create_driver_objects(
+        &self,
+        volumes: &[(Volume, VolumeId)],
+    ) -> anyhow::Result<()> {
+        let api = self.driver_objects();
+        stream::iter(volumes.iter().map(Ok))
+            .try_for_each_concurrent(BULK_CONCURRENCY, |(v, id)| {
+                let api = api.clone();
+                async move {
+                    let spec = CnsVSphereVolumeMigrationSpec {
+                        volumepath: v.path.clone(),
+                        volumeid: id.0.clone(),
+                        protectvolumefromvmdelete: true,
+                    };
+                    let mut object = CnsVSphereVolumeMigration::new(&id.0, spec);
+                    object.metadata.labels =
+                        Some([(MANAGED_BY.to_owned(), "volmig".to_owned())].into());
+                    let params = PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_owned()),
+                        ..Default::default()
+                    };
+                    api.create(&params, &object)
+                        .await
+                        .with_context(|| format!("creating CnsVSphereVolumeMigration {}", id.0))
+                        .map(drop)
+                }
+            })
+            .await
     }
 
     /// The PV API.

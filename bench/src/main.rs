@@ -25,7 +25,7 @@ use crate::results::{ApiCost, Results};
 use crate::scale::{Scale, ScaleName};
 use crate::scenarios::{Env, progress};
 
-/// Benchmarks of volmig (issue 7).
+/// Benchmarks of volmig (issues 7 and 14).
 #[derive(Debug, Parser)]
 #[command(name = "volmig-bench")]
 struct Args {
@@ -109,6 +109,13 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
          limit (50 backend calls/s, each registration making 4 gated calls below vCenter \
          8.0.3) would cap registration at 12.5 volumes/s, below the C ÷ L ideal for C ≥ 8 \
          (see \"Sizing the vCenter request rate\")."
+            .to_string(),
+        "The bare client (issue 14) runs in the benchmark process after each of volmig's \
+         throughput runs, once that run's API server and daemon are stopped: C workers over \
+         volmig's own CNS backend (`volmig::backend::cns`, metered), each backend call \
+         taking a slot of volmig's own `CallGate` with C slots and the same 10000 requests \
+         per second as the daemon, so that the comparison isolates what volmig adds \
+         (Kubernetes, status, keyed lock) to the vCenter calls."
             .to_string(),
         "Lease writes (leader election renewing its Lease) are counted apart and excluded \
          from the per-PV and per-pass write counts; Events are counted as writes."

@@ -28,6 +28,141 @@ fn mib(kib: f64) -> f64 {
     kib / 1024.0
 }
 
+/// Stages of `volmig_registration_stage_seconds`, in the order a registration meets them.
+const STAGES: [(&str, &str); 7] = [
+    ("path_lock_wait", "path lock wait"),
+    ("status_read", "status read"),
+    ("backend_slot_wait", "backend slot wait"),
+    ("vcenter_call", "vCenter calls"),
+    ("status_write_ahead", "write-ahead"),
+    ("status_write_result", "result write"),
+    ("other", "other"),
+];
+
+/// volmig against the bare client, and where each registration's time goes.
+fn bare_section(o: &mut String, r: &Results) {
+    if r.throughput.iter().all(|t| t.bare.is_none()) {
+        return;
+    }
+    let _ = writeln!(o, "\n### volmig against the bare client\n");
+    let _ = writeln!(
+        o,
+        "After each of volmig's runs, on a fresh simulator started the same way (same N, \
+         L), the bare client — C workers in the benchmark process sharing volmig's own CNS \
+         backend, gated as volmig gates it (C slots, the same requests per second) — makes \
+         only the backend calls the registrar makes for a new vmdk (`disk_uuid`, \
+         `find_volumes`, `create_volume`, `protect_from_vm_delete`); no Kubernetes. Its \
+         clock runs from the first call to the end of the last registration; afterwards \
+         every vmdk is checked to have exactly one CNS volume. It is the limit of this \
+         machine.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| L (ms) | C | vmdks | volmig volumes/s | bare client volumes/s | volmig ÷ bare | bare \
+         ÷ ideal | bare peak creates in flight | bare SOAP calls/PV |\n\
+         |---|---|---|---|---|---|---|---|---|"
+    );
+    for t in &r.throughput {
+        let Some(b) = &t.bare else { continue };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            t.latency_ms,
+            t.concurrency,
+            t.volumes,
+            fmt(&t.volumes_per_second, 1),
+            fmt(&b.volumes_per_second, 1),
+            t.ratio_to_bare.map_or("—".into(), |v| format!("{v:.2}")),
+            fmt(&b.ratio_to_ideal, 2),
+            b.peak_creates_in_flight,
+            fmt(&b.sim_calls_per_pv, 2),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nMean backend call duration of the bare client (ms):\n\n| L (ms) | C | calls |\n\
+         |---|---|---|"
+    );
+    for t in &r.throughput {
+        let Some(b) = &t.bare else { continue };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} |",
+            t.latency_ms,
+            t.concurrency,
+            counts(&b.backend_call_ms, 1)
+        );
+    }
+    let _ = writeln!(o, "\n### Where each registration's time goes\n");
+    let _ = writeln!(
+        o,
+        "Mean ms per registration inside volmig's registrar, by stage, from volmig's own \
+         `volmig_registration_stage_seconds` (read from `/metrics` at the end of each run; \
+         median of runs); the stages add up to the time in the registrar (\"in registrar\"). \
+         A backend slot is held by each vCenter call and, for the create, also by the \
+         write-ahead: \"slot held\" = vCenter calls + write-ahead is what caps throughput at \
+         C ÷ slot held. \"wall × C ÷ N\" is the run's wall time per registration times C, \
+         the slot time each registration had; the difference to \"slot held\" is slot time \
+         left idle (no registration was ready for the slot: Kubernetes side, controller \
+         queue, start and end of the run).\n"
+    );
+    let mut head = String::from("| L (ms) | C | wall × C ÷ N |");
+    let mut rule = String::from("|---|---|---|");
+    for (_, title) in STAGES {
+        let _ = write!(head, " {title} |");
+        rule.push_str("---|");
+    }
+    head.push_str(" in registrar | slot held | slot idle |");
+    rule.push_str("---|---|---|");
+    let _ = writeln!(o, "{head}\n{rule}");
+    for t in &r.throughput {
+        if t.stage_seconds.is_empty() {
+            continue;
+        }
+        let ms = |stage: &str| t.stage_seconds.get(stage).copied().unwrap_or(0.0) * 1000.0;
+        let wall = t.slot_seconds_per_registration * 1000.0;
+        let mut row = format!("| {} | {} | {wall:.1} |", t.latency_ms, t.concurrency);
+        for (stage, _) in STAGES {
+            let _ = write!(row, " {:.1} |", ms(stage));
+        }
+        let total: f64 = STAGES.iter().map(|(s, _)| ms(s)).sum();
+        let held = ms("vcenter_call") + ms("status_write_ahead");
+        let _ = write!(
+            row,
+            " {total:.1} | {held:.1} | {:.1} |",
+            (wall - held).max(0.0)
+        );
+        let _ = writeln!(o, "{row}");
+    }
+    let _ = writeln!(
+        o,
+        "\nCPU per registration over the timed window, ms, by process (all of them share \
+         the machine's {} cores; \"cores busy\" = total CPU ÷ wall time):\n\n\
+         | L (ms) | C | volmig run | cores busy | bare-client run | cores busy |\n\
+         |---|---|---|---|---|---|",
+        r.machine.cores
+    );
+    for t in &r.throughput {
+        let busy = |cpu: &BTreeMap<String, f64>, per_second: f64| {
+            cpu.values().sum::<f64>() * per_second / 1000.0
+        };
+        let (bare_cpu, bare_busy) = t.bare.as_ref().map_or(("—".into(), 0.0), |b| {
+            (
+                counts(&b.cpu_ms_per_registration, 1),
+                busy(&b.cpu_ms_per_registration, b.volumes_per_second.median),
+            )
+        });
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {:.2} | {bare_cpu} | {bare_busy:.2} |",
+            t.latency_ms,
+            t.concurrency,
+            counts(&t.cpu_ms_per_registration, 1),
+            busy(&t.cpu_ms_per_registration, t.volumes_per_second.median),
+        );
+    }
+}
+
 /// Renders the whole report.
 pub fn render(r: &Results) -> String {
     let mut o = String::new();
@@ -108,6 +243,7 @@ pub fn render(r: &Results) -> String {
             counts(&t.backend_call_ms, 1)
         );
     }
+    bare_section(&mut o, r);
     let _ = writeln!(o, "\n![throughput vs concurrency](throughput.png)\n");
 
     let c = &r.api_cost;
@@ -207,9 +343,10 @@ pub fn render(r: &Results) -> String {
     let _ = writeln!(
         o,
         "`volmig run --leader-election false` over N in-tree PVs, each with its Registered \
-         VolumeMigration (created directly in the API test server), vCenter unreachable so \
-         that only the Kubernetes side runs: PV index, VolumeMigration cache, one reconcile \
-         of every object (nothing to write) and a full sync that stops at the CNS listing. \
+         VolumeMigration and the CSI driver's cache object (created directly in the API test \
+         server, the driver's CRD installed), vCenter unreachable so that only the Kubernetes \
+         side runs: PV index, VolumeMigration cache, driver-cache index, one reconcile of \
+         every object (nothing to write) and a full sync that stops at the CNS listing. \
          Ready = process start → `/readyz` 200; memory = `VmRSS` once the daemon used < 2 % \
          of a core for a whole second; bytes per volume = (RSS − idle RSS) ÷ N.\n"
     );

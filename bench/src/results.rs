@@ -91,6 +91,45 @@ pub struct Throughput {
     /// (`volmig_backend_request_duration_seconds`; median of runs). Each holds one of the
     /// C slots.
     pub backend_call_ms: BTreeMap<String, f64>,
+    /// The bare client at the same point (same simulator, N, L and C, no Kubernetes): the
+    /// limit of this machine. `None` when it was not measured.
+    pub bare: Option<BareClient>,
+    /// volmig's median volumes/s ÷ the bare client's.
+    pub ratio_to_bare: Option<f64>,
+    /// Mean seconds per registration inside volmig's registrar by stage
+    /// (`volmig_registration_stage_seconds`: `path_lock_wait`, `backend_slot_wait`,
+    /// `vcenter_call`, `status_read`, `status_write_ahead`, `status_write_result`, `other`;
+    /// median of runs). They add up to the mean time a registration spent in the registrar.
+    pub stage_seconds: BTreeMap<String, f64>,
+    /// The run's wall time per registration × C (median of runs): the slot time each
+    /// registration had; compare with the sum of `stage_seconds`.
+    pub slot_seconds_per_registration: f64,
+    /// CPU ms per registration during the timed window by process (`volmig`, the
+    /// simulator, the benchmark process with the API test server; median of runs).
+    pub cpu_ms_per_registration: BTreeMap<String, f64>,
+}
+
+/// The bare client at one throughput point: volmig's CNS backend making only the vCenter
+/// calls of one registration of a new vmdk, C workers, no Kubernetes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BareClient {
+    /// Seconds from the first call to the end of the last registration's calls.
+    pub seconds: Summary,
+    /// Registered volumes per second.
+    pub volumes_per_second: Summary,
+    /// Throughput ÷ the ideal C ÷ L.
+    pub ratio_to_ideal: Summary,
+    /// Most `CnsCreateVolume` calls in flight at once at the simulator (median).
+    pub peak_creates_in_flight: f64,
+    /// Simulator SOAP calls per vmdk.
+    pub sim_calls_per_pv: Summary,
+    /// Simulator SOAP calls per vmdk by method (median of runs).
+    pub sim_calls_by_method: BTreeMap<String, f64>,
+    /// Mean duration of the client's backend calls by operation, ms (median of runs).
+    pub backend_call_ms: BTreeMap<String, f64>,
+    /// CPU ms per vmdk during the timed window by process (the simulator, the benchmark
+    /// process with the client; median of runs).
+    pub cpu_ms_per_registration: BTreeMap<String, f64>,
 }
 
 /// API and vCenter cost of one new PV.

@@ -153,6 +153,11 @@ impl Sim {
         Ok(())
     }
 
+    /// The simulator's process ID (`None` once it exited).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Stops the simulator.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;

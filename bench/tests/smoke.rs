@@ -89,6 +89,35 @@ fn smoke_run_writes_results_report_and_charts() {
     for t in throughput {
         assert!(t["volumes_per_second"]["median"].as_f64().unwrap() > 0.0);
         assert!(t["ideal_per_second"].as_f64().unwrap() > 0.0);
+        // The bare client ran at the same point and made a registration's vCenter calls.
+        let bare = &t["bare"];
+        assert!(
+            bare["volumes_per_second"]["median"].as_f64().unwrap() > 0.0,
+            "{t}"
+        );
+        assert_eq!(bare["sim_calls_by_method"]["CnsCreateVolume"], 1.0, "{t}");
+        assert_eq!(
+            bare["sim_calls_by_method"]["QueryVirtualDiskUuid"], 1.0,
+            "{t}"
+        );
+        assert!(t["ratio_to_bare"].as_f64().unwrap() > 0.0, "{t}");
+        // Where the time goes, from volmig's own histogram: every stage, the create's L
+        // in the vCenter calls.
+        for stage in [
+            "path_lock_wait",
+            "backend_slot_wait",
+            "vcenter_call",
+            "status_read",
+            "status_write_ahead",
+            "status_write_result",
+            "other",
+        ] {
+            assert!(t["stage_seconds"][stage].is_f64(), "no stage {stage}: {t}");
+        }
+        assert!(
+            t["stage_seconds"]["vcenter_call"].as_f64().unwrap() >= 0.05,
+            "{t}"
+        );
     }
     // Every registration writes at least its VolumeMigration and its status.
     assert!(
@@ -125,6 +154,16 @@ fn smoke_run_writes_results_report_and_charts() {
     }
     let goals = json["goals"].as_array().expect("goals");
     assert!(goals.len() >= 8, "{goals:?}");
+    let bare_goals = goals
+        .iter()
+        .filter(|g| {
+            g["figure"]
+                .as_str()
+                .unwrap()
+                .starts_with("Throughput against the bare client")
+        })
+        .count();
+    assert_eq!(bare_goals, 2, "one bare-client goal per point: {goals:?}");
 
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     for heading in [
@@ -133,6 +172,8 @@ fn smoke_run_writes_results_report_and_charts() {
         "## API cost per new PV",
         "## Steady-state full sync",
         "## Memory and start-up",
+        "### volmig against the bare client",
+        "### Where each registration's time goes",
         "(throughput.png)",
         "(memory.png)",
     ] {

@@ -1,8 +1,8 @@
 //! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
 //! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
@@ -60,14 +60,64 @@ pub struct IndexChange {
     pub touched: Vec<VolumePath>,
 }
 
+/// What the index keeps of one PV. Names and paths are shared between both maps (`Arc`),
+/// so a PV costs one name, one path and two map slots: the index holds one per in-tree
+/// PV, 100k of them in a large cluster.
+struct PvEntry {
+    volume: Indexed,
+    /// The raw `volumePath`, when not already canonical.
+    raw: Option<Box<str>>,
+    /// Creation time of the PV (seconds since the epoch; 0 when unknown).
+    created: i64,
+}
+
+enum Indexed {
+    Valid(Arc<VolumePath>),
+    Invalid(Box<PathError>),
+}
+
+impl Indexed {
+    fn to_volume(&self) -> PvVolume {
+        match self {
+            Self::Valid(path) => PvVolume::Valid(VolumePath::clone(path)),
+            Self::Invalid(e) => PvVolume::Invalid(PathError::clone(e)),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    by_pv: HashMap<String, PvVolume>,
-    by_path: HashMap<VolumePath, BTreeSet<String>>,
-    spellings: HashMap<String, Spelling>,
+    by_pv: HashMap<Arc<str>, PvEntry>,
+    /// The PVs of each valid path, sorted by name (usually one).
+    by_path: HashMap<Arc<VolumePath>, Vec<Arc<str>>>,
     /// PVs with an invalid path not yet reported with a Warning Event.
     unreported_invalid: BTreeMap<String, PathError>,
     synced: bool,
+}
+
+impl State {
+    /// The shared copy of `path` when some PV already references it.
+    fn shared_path(&self, path: VolumePath) -> Arc<VolumePath> {
+        self.by_path
+            .get_key_value(&path)
+            .map_or_else(|| Arc::new(path), |(shared, _)| shared.clone())
+    }
+
+    fn link(&mut self, path: Arc<VolumePath>, name: &Arc<str>) {
+        let names = self.by_path.entry(path).or_default();
+        if let Err(at) = names.binary_search(name) {
+            names.insert(at, name.clone());
+        }
+    }
+
+    fn unlink(&mut self, path: &VolumePath, name: &str) {
+        if let Some(names) = self.by_path.get_mut(path) {
+            names.retain(|n| &**n != name);
+            if names.is_empty() {
+                self.by_path.remove(path);
+            }
+        }
+    }
 }
 
 /// Thread-safe index of in-tree vSphere PVs by name and by canonical path.
@@ -86,36 +136,27 @@ impl PvIndex {
         let Some(name) = pv.metadata.name.as_deref() else {
             return IndexChange::default();
         };
-        let change = self.upsert(name, pv_volume(pv));
-        let mut s = self.lock();
-        match pv_spelling(pv) {
-            Some(spelling) if spelling != Spelling::default() => {
-                s.spellings.insert(name.to_owned(), spelling);
-            }
-            _ => {
-                s.spellings.remove(name);
-            }
-        }
-        change
+        let spelling = pv_spelling(pv).unwrap_or_default();
+        self.record(name, pv_volume(pv), Some(spelling))
     }
 
     /// The raw spellings of `path` by its PVs, oldest PV first, without repeats.
     pub fn spellings_for(&self, path: &VolumePath) -> Vec<String> {
         let s = self.lock();
-        let mut pvs: Vec<(i64, &String)> = s
+        let mut pvs: Vec<(i64, &Arc<str>)> = s
             .by_path
             .get(path)
             .into_iter()
             .flatten()
-            .map(|name| (s.spellings.get(name).map_or(0, |sp| sp.created), name))
+            .map(|name| (s.by_pv.get(name).map_or(0, |e| e.created), name))
             .collect();
         pvs.sort();
         let mut out: Vec<String> = Vec::with_capacity(pvs.len());
         for (_, name) in pvs {
             let raw = s
-                .spellings
+                .by_pv
                 .get(name)
-                .and_then(|sp| sp.raw.as_deref())
+                .and_then(|e| e.raw.as_deref())
                 .map_or_else(|| path.canonical(), str::to_owned);
             if !out.contains(&raw) {
                 out.push(raw);
@@ -124,38 +165,66 @@ impl PvIndex {
         out
     }
 
-    /// Records what PV `name` says now (`None`: not an in-tree vSphere PV).
+    /// Records what PV `name` says now (`None`: not an in-tree vSphere PV). Keeps the
+    /// spelling recorded by [`PvIndex::upsert_pv`].
     pub fn upsert(&self, name: &str, volume: Option<PvVolume>) -> IndexChange {
+        self.record(name, volume, None)
+    }
+
+    fn record(
+        &self,
+        name: &str,
+        volume: Option<PvVolume>,
+        spelling: Option<Spelling>,
+    ) -> IndexChange {
         let mut s = self.lock();
-        let old = match volume.clone() {
-            Some(v) => s.by_pv.insert(name.to_owned(), v),
-            None => {
-                s.spellings.remove(name);
-                s.by_pv.remove(name)
+        let Some(volume) = volume else {
+            return match s.by_pv.remove_entry(name) {
+                Some((name, old)) => forget(&mut s, &name, old.volume),
+                None => IndexChange::default(),
+            };
+        };
+        if let Some(entry) = s.by_pv.get_mut(name) {
+            if let Some(spelling) = spelling.clone() {
+                (entry.raw, entry.created) = (spelling.raw, spelling.created);
+            }
+            if entry.volume.to_volume() == volume {
+                return IndexChange::default();
+            }
+        }
+        let (name, old, keep) = match s.by_pv.remove_entry(name) {
+            Some((name, old)) => {
+                let keep = Spelling {
+                    raw: old.raw.clone(),
+                    created: old.created,
+                };
+                let old_path = forget(&mut s, &name, old.volume);
+                (name, old_path, keep)
+            }
+            None => (Arc::from(name), IndexChange::default(), Spelling::default()),
+        };
+        let Spelling { raw, created } = spelling.unwrap_or(keep);
+        let mut change = old;
+        let indexed = match volume {
+            PvVolume::Valid(path) => {
+                let path = s.shared_path(path);
+                s.link(path.clone(), &name);
+                change.touched.push(VolumePath::clone(&path));
+                Indexed::Valid(path)
+            }
+            PvVolume::Invalid(e) => {
+                s.unreported_invalid.insert(name.to_string(), e.clone());
+                Indexed::Invalid(Box::new(e))
             }
         };
-        if old == volume {
-            return IndexChange::default();
-        }
-        let mut change = IndexChange::default();
-        s.unreported_invalid.remove(name);
-        if let Some(PvVolume::Valid(old_path)) = old {
-            remove_pv(&mut s, &old_path, name);
-            change.touched.push(old_path);
-        }
-        match volume {
-            Some(PvVolume::Valid(path)) => {
-                s.by_path
-                    .entry(path.clone())
-                    .or_default()
-                    .insert(name.to_owned());
-                change.touched.push(path);
-            }
-            Some(PvVolume::Invalid(e)) => {
-                s.unreported_invalid.insert(name.to_owned(), e);
-            }
-            None => {}
-        }
+        s.by_pv.insert(
+            name,
+            PvEntry {
+                volume: indexed,
+                raw,
+                created,
+            },
+        );
         change
     }
 
@@ -174,11 +243,11 @@ impl PvIndex {
 
     /// Forgets every PV not in `keep` (after a re-list); returns the touched paths.
     pub fn retain(&self, keep: &HashSet<String>) -> Vec<VolumePath> {
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .lock()
             .by_pv
             .keys()
-            .filter(|name| !keep.contains(*name))
+            .filter(|name| !keep.contains(&***name))
             .cloned()
             .collect();
         gone.iter()
@@ -191,7 +260,7 @@ impl PvIndex {
         self.lock()
             .by_path
             .get(path)
-            .map(|set| set.iter().cloned().collect())
+            .map(|names| names.iter().map(|n| n.to_string()).collect())
             .unwrap_or_default()
     }
 
@@ -200,7 +269,10 @@ impl PvIndex {
         self.lock()
             .by_path
             .iter()
-            .map(|(p, pvs)| (p.clone(), pvs.iter().cloned().collect()))
+            .map(|(p, names)| {
+                let names = names.iter().map(|n| n.to_string()).collect();
+                (VolumePath::clone(p), names)
+            })
             .collect()
     }
 
@@ -225,12 +297,17 @@ impl PvIndex {
     }
 }
 
-fn remove_pv(s: &mut State, path: &VolumePath, name: &str) {
-    if let Some(set) = s.by_path.get_mut(path) {
-        set.remove(name);
-        if set.is_empty() {
-            s.by_path.remove(path);
+/// Unlinks PV `name` (already out of `by_pv`) from what it referenced.
+fn forget(s: &mut State, name: &str, old: Indexed) -> IndexChange {
+    s.unreported_invalid.remove(name);
+    match old {
+        Indexed::Valid(path) => {
+            s.unlink(&path, name);
+            IndexChange {
+                touched: vec![VolumePath::clone(&path)],
+            }
         }
+        Indexed::Invalid(_) => IndexChange::default(),
     }
 }
 
@@ -274,10 +351,7 @@ mod tests {
         index.remove("pv-old");
         index.remove("pv-mid");
         assert!(index.spellings_for(&path).is_empty());
-        assert!(
-            index.lock().spellings.is_empty(),
-            "no spelling outlives its PV"
-        );
+        assert!(index.lock().by_pv.is_empty(), "no spelling outlives its PV");
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (cache, cache_writer) = reflector::store();
     let watch = watcher::watcher(migrations.clone(), watcher::Config::default())
         .default_backoff()
-        .modify(strip_unread_fields)
+        .modify(crate::k8s::migrations::strip_for_cache)
         .reflect(cache_writer)
         .applied_objects();
     let controller = Controller::for_stream(watch, cache.clone())
@@ -191,6 +191,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         registrar_config
             .with_max_concurrent(usize::from(args.max_concurrent_registrations))
             .with_rate_limit(Some(args.vc_requests_per_second))
+            .with_metrics(metrics.clone())
             .with_retry(RetryPolicy::default())
             .with_leader(leader.gate.clone())
             .with_in_flight_grace(grace)
@@ -279,16 +280,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fields of a VolumeMigration volmig never reads; dropped before the cache keeps the
-/// object (memory per volume; a real API server adds kilobytes of `managedFields`).
-fn strip_unread_fields(vm: &mut VolumeMigration) {
-    vm.metadata.managed_fields = None;
-    vm.metadata.annotations = None;
-    if let Some(status) = vm.status.as_mut() {
-        status.conditions = None;
-    }
-}
-
 /// Reconciles in flight at most: all objects at once at start-up held every object's
 /// task in memory. A reconcile may wait for a backend slot or a create in flight (up to
 /// the in-flight grace), so the bound leaves room beyond the backend's own limit.
@@ -348,36 +339,6 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cache_keeps_what_decisions_read_and_drops_the_rest() {
-        let mut vm: VolumeMigration = serde_json::from_value(serde_json::json!({
-            "apiVersion": "volmig.io/v1alpha1",
-            "kind": "VolumeMigration",
-            "metadata": {
-                "name": "disk-1", "resourceVersion": "7", "generation": 2,
-                "finalizers": ["volmig.io/registration"],
-                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
-            },
-            "spec": {"volumePath": "[ds] kubevols/a.vmdk"},
-            "status": {
-                "phase": "Registered", "volumeID": "vol-1", "persistentVolumes": ["pv-a"],
-                "conditions": [{"type": "Ready", "status": "True", "reason": "Created",
-                    "message": "CNS volume vol-1", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-            },
-        }))
-        .unwrap();
-        let before = crate::controller::full_sync::record(&vm);
-        strip_unread_fields(&mut vm);
-        assert_eq!(crate::controller::full_sync::record(&vm), before);
-        assert!(vm.metadata.managed_fields.is_none());
-        assert!(vm.metadata.annotations.is_none());
-        let status = vm.status.as_ref().unwrap();
-        assert!(status.conditions.is_none());
-        assert_eq!(status.volume_id.as_deref(), Some("vol-1"));
-        assert_eq!(vm.metadata.finalizers.as_ref().map(Vec::len), Some(1));
-    }
 
     #[test]
     fn reconcile_concurrency_leaves_room_beyond_the_backend_slots() {

@@ -7,7 +7,7 @@
 //! wrote earlier.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{CustomResource, CustomResourceExt};
@@ -139,14 +139,47 @@ pub struct DriverIndex {
     inner: Mutex<IndexState>,
 }
 
+/// One object, compactly: names and canonical paths are shared between both maps, the raw
+/// path is kept only when it is not canonical, and the ID only when it is not the name (a
+/// primary object is named after its ID).
+struct DriverEntry {
+    /// The canonical path; `None` when `volumepath` does not parse.
+    path: Option<Arc<VolumePath>>,
+    /// `volumepath` as written, when it is not the canonical path.
+    raw: Option<Box<str>>,
+    volumeid: Option<Box<str>>,
+    protect: bool,
+    /// volmig created it (labelled [`MANAGED_BY`] = `volmig`); else the driver's own.
+    ours: bool,
+}
+
+impl DriverEntry {
+    fn volumeid<'a>(&'a self, name: &'a str) -> &'a str {
+        self.volumeid.as_deref().unwrap_or(name)
+    }
+
+    fn volumepath(&self) -> &str {
+        match (&self.raw, &self.path) {
+            (Some(raw), _) => raw,
+            (None, Some(path)) => path.as_str(),
+            (None, None) => "",
+        }
+    }
+
+    fn spec(&self, name: &str) -> CnsVSphereVolumeMigrationSpec {
+        CnsVSphereVolumeMigrationSpec {
+            volumepath: self.volumepath().to_owned(),
+            volumeid: self.volumeid(name).to_owned(),
+            protectvolumefromvmdelete: self.protect,
+        }
+    }
+}
+
 #[derive(Default)]
 struct IndexState {
     /// Ordered, so that the objects of one ID (`id`, `id-…`) are one range.
-    by_name: BTreeMap<String, CnsVSphereVolumeMigrationSpec>,
-    /// Objects volmig created (labelled [`MANAGED_BY`] = `volmig`); the others are the
-    /// driver's own.
-    ours: std::collections::HashSet<String>,
-    by_path: HashMap<VolumePath, Vec<String>>,
+    by_name: BTreeMap<Arc<str>, DriverEntry>,
+    by_path: HashMap<Arc<VolumePath>, Vec<Arc<str>>>,
     synced: bool,
 }
 
@@ -158,22 +191,33 @@ impl DriverIndex {
     /// Records an object as it is now; `ours` when volmig created it.
     pub fn upsert(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool) {
         let mut s = self.lock();
-        Self::unlink(&mut s, name);
-        if ours {
-            s.ours.insert(name.to_owned());
-        } else {
-            s.ours.remove(name);
-        }
-        if let Ok(path) = VolumePath::parse(&spec.volumepath) {
-            s.by_path.entry(path).or_default().push(name.to_owned());
-        }
-        s.by_name.insert(name.to_owned(), spec.clone());
+        let name = Self::unlink(&mut s, name).unwrap_or_else(|| Arc::from(name));
+        let path = VolumePath::parse(&spec.volumepath).ok().map(|path| {
+            let shared = s
+                .by_path
+                .get_key_value(&path)
+                .map_or_else(|| Arc::new(path), |(shared, _)| shared.clone());
+            s.by_path
+                .entry(shared.clone())
+                .or_default()
+                .push(name.clone());
+            shared
+        });
+        let canonical = path.as_ref().is_some_and(|p| p.as_str() == spec.volumepath);
+        let entry = DriverEntry {
+            raw: (!canonical).then(|| spec.volumepath.as_str().into()),
+            path,
+            volumeid: (spec.volumeid != *name).then(|| spec.volumeid.as_str().into()),
+            protect: spec.protectvolumefromvmdelete,
+            ours,
+        };
+        s.by_name.insert(name, entry);
     }
 
     /// Records an object volmig just wrote: created by volmig, or an update that keeps
     /// whoever created it.
     pub fn record_written(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, created: bool) {
-        let ours = created || self.lock().ours.contains(name);
+        let ours = created || self.lock().by_name.get(name).is_some_and(|e| e.ours);
         self.upsert(name, spec, ours);
     }
 
@@ -181,31 +225,29 @@ impl DriverIndex {
     pub fn remove(&self, name: &str) {
         let mut s = self.lock();
         Self::unlink(&mut s, name);
-        s.by_name.remove(name);
-        s.ours.remove(name);
     }
 
-    fn unlink(s: &mut IndexState, name: &str) {
-        let Some(old) = s.by_name.get(name) else {
-            return;
-        };
-        if let Ok(path) = VolumePath::parse(&old.volumepath)
+    /// Takes object `name` out of both maps; returns its shared name.
+    fn unlink(s: &mut IndexState, name: &str) -> Option<Arc<str>> {
+        let (name, old) = s.by_name.remove_entry(name)?;
+        if let Some(path) = old.path
             && let Some(names) = s.by_path.get_mut(&path)
         {
-            names.retain(|n| n != name);
+            names.retain(|n| *n != name);
             if names.is_empty() {
                 s.by_path.remove(&path);
             }
         }
+        Some(name)
     }
 
     /// Forgets every object not in `keep` (after a re-list).
     pub fn retain(&self, keep: &std::collections::HashSet<String>) {
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .lock()
             .by_name
             .keys()
-            .filter(|n| !keep.contains(*n))
+            .filter(|n| !keep.contains(&***n))
             .cloned()
             .collect();
         for name in gone {
@@ -232,9 +274,9 @@ impl DriverIndex {
             .get(path)
             .into_iter()
             .flatten()
-            .filter(|n| !s.ours.contains(*n))
-            .filter_map(|n| s.by_name.get(n))
-            .map(|spec| VolumeId(spec.volumeid.clone()))
+            .filter_map(|n| s.by_name.get(n).map(|e| (n, e)))
+            .filter(|(_, e)| !e.ours)
+            .map(|(n, e)| VolumeId(e.volumeid(n).to_owned()))
             .collect();
         ids.sort();
         ids.dedup();
@@ -245,12 +287,13 @@ impl DriverIndex {
     /// ordered names, so a full sync over every mapping stays linear.
     pub fn objects_of(&self, id: &VolumeId) -> BTreeMap<String, CnsVSphereVolumeMigrationSpec> {
         let prefix = format!("{}-", id.0);
+        let start: Arc<str> = Arc::from(id.0.as_str());
         self.lock()
             .by_name
-            .range(id.0.clone()..)
+            .range(start..)
             .take_while(|(n, _)| n.starts_with(&id.0))
-            .filter(|(n, _)| **n == id.0 || is_alias_of(n, &prefix))
-            .map(|(n, s)| (n.clone(), s.clone()))
+            .filter(|(n, _)| ***n == id.0 || is_alias_of(n, &prefix))
+            .map(|(n, e)| (n.to_string(), e.spec(n)))
             .collect()
     }
 
@@ -262,9 +305,12 @@ impl DriverIndex {
             .get(path)
             .into_iter()
             .flatten()
-            .filter(|n| s.ours.contains(*n))
-            .filter(|n| s.by_name.get(*n).is_some_and(|spec| spec.volumeid != id.0))
-            .cloned()
+            .filter(|n| {
+                s.by_name
+                    .get(*n)
+                    .is_some_and(|e| e.ours && e.volumeid(n) != id.0)
+            })
+            .map(|n| n.to_string())
             .collect()
     }
 

@@ -103,9 +103,63 @@ pub async fn delete_migration(api: &Api<VolumeMigration>, name: &str) -> kube::R
     }
 }
 
+/// Fields of a VolumeMigration volmig never reads; dropped before the cache keeps the
+/// object (memory per volume: a real API server adds kilobytes of `managedFields`, and one
+/// label alone allocates a ~550-byte B-tree node). Kept: name, uid and resourceVersion
+/// (Events and preconditions), generation, finalizers, deletion, spec, status.
+pub fn strip_for_cache(vm: &mut VolumeMigration) {
+    let meta = &mut vm.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    meta.creation_timestamp = None;
+    if let Some(status) = vm.status.as_mut() {
+        status.conditions = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_keeps_what_decisions_read_and_drops_the_rest() {
+        let mut vm: VolumeMigration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "volmig.io/v1alpha1",
+            "kind": "VolumeMigration",
+            "metadata": {
+                "name": "disk-1", "resourceVersion": "7", "generation": 2,
+                "finalizers": ["volmig.io/registration"],
+                "labels": {"app.kubernetes.io/managed-by": "volmig"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {"volumePath": "[ds] kubevols/a.vmdk"},
+            "status": {
+                "phase": "Registered", "volumeID": "vol-1", "persistentVolumes": ["pv-a"],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Created",
+                    "message": "CNS volume vol-1", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            },
+        }))
+        .unwrap();
+        let before = crate::controller::full_sync::record(&vm);
+        strip_for_cache(&mut vm);
+        assert_eq!(crate::controller::full_sync::record(&vm), before);
+        assert!(vm.metadata.managed_fields.is_none());
+        assert!(vm.metadata.annotations.is_none());
+        assert!(vm.metadata.labels.is_none());
+        assert!(vm.metadata.creation_timestamp.is_none());
+        assert_eq!(vm.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(vm.metadata.generation, Some(2));
+        let status = vm.status.as_ref().unwrap();
+        assert!(status.conditions.is_none());
+        assert_eq!(status.volume_id.as_deref(), Some("vol-1"));
+        assert_eq!(vm.metadata.finalizers.as_ref().map(Vec::len), Some(1));
+    }
 
     #[test]
     fn new_migration_is_canonical_and_finalized() {

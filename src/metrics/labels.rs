@@ -76,6 +76,30 @@ label_enum! {
 }
 
 label_enum! {
+    /// Where the time of one registration inside the registrar went (label `stage` of
+    /// `volmig_registration_stage_seconds`). The stages of one registration add up to its
+    /// time in the registrar.
+    RegistrationStage {
+        /// Waiting for the per-vmdk lock (another operation on the same path).
+        PathLockWait => "path_lock_wait",
+        /// Waiting for one of the `--max-concurrent-registrations` backend slots and the
+        /// `--vc-requests-per-second` limiter, summed over the registration's calls.
+        BackendSlotWait => "backend_slot_wait",
+        /// Calls to vCenter (lookups, the create and its task, protection), summed.
+        VcenterCall => "vcenter_call",
+        /// Reading the stored status (the VolumeMigration) before deciding.
+        StatusRead => "status_read",
+        /// Writing the `Registering` write-ahead (made while holding the create's backend
+        /// slot).
+        StatusWriteAhead => "status_write_ahead",
+        /// Writing the outcome: the volume ID (`Registered`) or the failure.
+        StatusWriteResult => "status_write_result",
+        /// Everything else: retry backoff, waiting for a create in flight, CPU.
+        Other => "other",
+    }
+}
+
+label_enum! {
     /// The outcome class of one backend call (label `result` of
     /// `volmig_backend_requests_total`).
     BackendResult {
@@ -162,6 +186,11 @@ pub(super) struct PassLabels {
 pub(super) struct BackendLabels {
     pub(super) operation: &'static str,
     pub(super) result: BackendResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct StageLabels {
+    pub(super) stage: RegistrationStage,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

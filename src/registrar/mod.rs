@@ -26,6 +26,7 @@ use tracing::debug;
 
 use crate::api::Phase;
 use crate::backend::{BackendError, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId};
+use crate::metrics::{Metrics, RegistrationStage};
 use crate::volume_path::{PathError, VolumePath};
 
 mod in_flight;
@@ -35,6 +36,7 @@ mod memory_store;
 mod operations;
 mod pressure;
 mod protection;
+mod stages;
 mod status_store;
 mod unregister;
 
@@ -94,6 +96,9 @@ pub struct RegistrarConfig {
     /// IDs the CSI driver's own cache holds for a path: the first adoption source
     /// (docs/design.md §8.2).
     pub driver_ids: Option<DriverIds>,
+    /// Where each registration's stages are recorded
+    /// (`volmig_registration_stage_seconds`); `None` records nothing.
+    pub metrics: Option<Metrics>,
 }
 
 /// Looks up the volume IDs the CSI driver's cache holds for a path.
@@ -119,7 +124,14 @@ impl RegistrarConfig {
             adoption_poll: DEFAULT_ADOPTION_POLL,
             instance: "volmig".to_owned(),
             driver_ids: None,
+            metrics: None,
         }
+    }
+
+    /// Records where each registration's time goes into `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Adopts from the CSI driver's cache first.
@@ -377,8 +389,7 @@ impl Registrar {
         &self,
         path: &VolumePath,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, RegisterError> {
-        self.gate
-            .enter()
+        stages::timed(RegistrationStage::BackendSlotWait, self.gate.enter())
             .await
             .map_err(|source| self.not_leader(path, source))
     }
@@ -411,7 +422,7 @@ impl Registrar {
         loop {
             attempt += 1;
             let permit = self.enter(path).await?;
-            let result = f().await;
+            let result = stages::timed(RegistrationStage::VcenterCall, f()).await;
             drop(permit);
             match result {
                 Ok(value) => return Ok(value),
@@ -433,8 +444,7 @@ impl Registrar {
     }
 
     async fn load(&self, path: &VolumePath) -> Result<Option<StoredState>, RegisterError> {
-        self.store
-            .load(path)
+        stages::timed(RegistrationStage::StatusRead, self.store.load(path))
             .await
             .map_err(|source| RegisterError::Store {
                 path: path.clone(),

@@ -1,17 +1,20 @@
 //! `register` and `reregister`: the operations that create CNS registrations. Each runs
 //! under the path's key and re-reads the stored state first (rule 1).
 
+use std::future::Future;
+
 use rand::Rng;
 use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{
-    RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind, StoredState, Version,
-    choose_adoptee, create_request,
+    KeyGuard, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind, StoredState,
+    Version, choose_adoptee, create_request, stages,
 };
 use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
 use crate::backend::{ErrorClass, VolumeId};
+use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
 
 /// Creates one `register` call may send at most; each after the grace of the one before.
@@ -29,19 +32,22 @@ impl Registrar {
     /// creates one. Concurrent calls for one path end with the same ID and one volume.
     #[instrument(skip(self), fields(%path))]
     pub async fn register(&self, path: &VolumePath) -> Result<Registration, RegisterError> {
-        let _key = self.locks.lock(path).await;
-        let state = self.load(path).await?;
-        if let Some(registration) = self.store_unsaved(path, &state).await? {
-            return Ok(registration);
-        }
-        if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id) {
-            return Ok(Registration {
-                volume_id: volume_id.clone(),
-                adopted: true,
-                unchanged: true,
-            });
-        }
-        self.register_and_record(path, state).await
+        self.measured(async {
+            let _key = self.lock_path(path).await;
+            let state = self.load(path).await?;
+            if let Some(registration) = self.store_unsaved(path, &state).await? {
+                return Ok(registration);
+            }
+            if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id) {
+                return Ok(Registration {
+                    volume_id: volume_id.clone(),
+                    adopted: true,
+                    unchanged: true,
+                });
+            }
+            self.register_and_record(path, state).await
+        })
+        .await
     }
 
     /// Registers `path` again because its stored ID `missing` no longer exists in CNS.
@@ -53,18 +59,37 @@ impl Registrar {
         path: &VolumePath,
         missing: &VolumeId,
     ) -> Result<Registration, RegisterError> {
-        let _key = self.locks.lock(path).await;
-        let state = self.load(path).await?;
-        if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id)
-            && volume_id != missing
-        {
-            return Ok(Registration {
-                volume_id: volume_id.clone(),
-                adopted: true,
-                unchanged: true,
-            });
-        }
-        self.register_and_record(path, state).await
+        self.measured(async {
+            let _key = self.lock_path(path).await;
+            let state = self.load(path).await?;
+            if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id)
+                && volume_id != missing
+            {
+                return Ok(Registration {
+                    volume_id: volume_id.clone(),
+                    adopted: true,
+                    unchanged: true,
+                });
+            }
+            self.register_and_record(path, state).await
+        })
+        .await
+    }
+
+    /// Runs one registration under a fresh stage clock and records its stages
+    /// (`volmig_registration_stage_seconds`) unless nothing was done (the status already
+    /// held the ID).
+    async fn measured(
+        &self,
+        registration: impl Future<Output = Result<Registration, RegisterError>>,
+    ) -> Result<Registration, RegisterError> {
+        let counts = |outcome: &Result<Registration, RegisterError>| !matches!(outcome, Ok(registration) if registration.unchanged);
+        stages::measured(self.config.metrics.as_ref(), counts, registration).await
+    }
+
+    /// Waits for the path's key (another operation on the same vmdk may hold it).
+    async fn lock_path(&self, path: &VolumePath) -> KeyGuard<VolumePath> {
+        stages::timed(RegistrationStage::PathLockWait, self.locks.lock(path)).await
     }
 
     /// An ID from an earlier call whose status write failed is stored before anything
@@ -233,7 +258,12 @@ impl Registrar {
             attempts,
             token: token.clone(),
         };
-        let version = match self.store.save(path, &write_ahead, version.as_ref()).await {
+        let saved = stages::timed(
+            RegistrationStage::StatusWriteAhead,
+            self.store.save(path, &write_ahead, version.as_ref()),
+        )
+        .await;
+        let version = match saved {
             Ok(version) => version,
             Err(e) if e.kind == StoreErrorKind::Conflict => {
                 return Ok(Attempt::Reread(self.load(path).await?));
@@ -249,7 +279,11 @@ impl Registrar {
         self.fence(path)?;
         self.in_flight.started(path, &token);
         *creates += 1;
-        let created = self.backend.create_volume(&request).await;
+        let created = stages::timed(
+            RegistrationStage::VcenterCall,
+            self.backend.create_volume(&request),
+        )
+        .await;
         drop(permit);
         match created {
             Ok(id) => self
@@ -332,7 +366,11 @@ impl Registrar {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = self.store.save(path, &update, version.as_ref()).await;
+            let result = stages::timed(
+                RegistrationStage::StatusWriteResult,
+                self.store.save(path, &update, version.as_ref()),
+            )
+            .await;
             match result {
                 Ok(_) => {
                     self.unsaved_map().remove(path);
@@ -391,14 +429,15 @@ impl Registrar {
             return;
         }
         // Conditional on a fresh read: a failure never hides an ID stored meanwhile.
-        let current = match self.store.load(path).await {
-            Ok(Some(state)) if state.registered_id().is_some() => return,
-            Ok(state) => state.unwrap_or_default(),
-            Err(e) => {
-                warn!(%path, error = %e, "could not record the failure in the status");
-                return;
-            }
-        };
+        let current =
+            match stages::timed(RegistrationStage::StatusRead, self.store.load(path)).await {
+                Ok(Some(state)) if state.registered_id().is_some() => return,
+                Ok(state) => state.unwrap_or_default(),
+                Err(e) => {
+                    warn!(%path, error = %e, "could not record the failure in the status");
+                    return;
+                }
+            };
         let retry_after = error
             .is_retryable()
             .then(|| self.config.retry.delay(attempts));
@@ -408,11 +447,12 @@ impl Registrar {
             attempts,
             retry_after,
         };
-        if let Err(e) = self
-            .store
-            .save(path, &update, current.version.as_ref())
-            .await
-        {
+        let saved = stages::timed(
+            RegistrationStage::StatusWriteResult,
+            self.store.save(path, &update, current.version.as_ref()),
+        )
+        .await;
+        if let Err(e) = saved {
             warn!(%path, error = %e, "could not record the failure in the status");
         }
     }

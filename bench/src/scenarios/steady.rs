@@ -177,6 +177,9 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
     )
     .await?;
     let cluster = Cluster::start().await?;
+    // A cluster with the CSI driver: volmig publishes a driver object per volume, and every
+    // steady pass compares them too.
+    cluster.install_driver_crd().await?;
     let limit = Duration::from_secs(120);
     let mut first = Daemon::spawn(
         &env.volmig,
@@ -266,7 +269,8 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
         "end-to-end",
         format!(
             "the real volmig binary (leader) against the simulator and the API test server, \
-             {n} PVs, {n} Registered VolumeMigrations, {n} CNS volumes; \
+             {n} PVs, {n} Registered VolumeMigrations, {n} CNS volumes, {n} CSI driver cache \
+             objects (the driver's CRD installed, volmig publishing); \
              --full-sync-interval 2s; per pass: wall time from \
              volmig_full_sync_duration_seconds, CPU time of the daemon process over the same \
              window (/proc schedstat of every thread, sampled every 50 ms), requests counted at \

@@ -3,7 +3,8 @@
 //! `--max-concurrent-registrations C`; the clock runs from the first PV create to the
 //! moment `volmig_registrations_total{result="created"}` reaches N (each vmdk is new, and
 //! the counter moves only after the ID is stored in the status), and every VolumeMigration
-//! is then checked to be Registered.
+//! is then checked to be Registered. After each of volmig's runs, the bare client
+//! ([`bare`]) runs at the same point: the limit volmig is compared with.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,11 +12,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use kube_testserver::Verb;
 
-use super::{Env, POLL, progress};
+use super::{CpuClock, Env, POLL, bare, progress};
 use crate::cluster::{self, Cluster, daemon_writes};
 use crate::daemon::{Daemon, VCenter, metric_by_label};
-use crate::results::{ApiCost, Summary, Throughput, median_counts};
+use crate::results::{ApiCost, BareClient, Summary, Throughput, median_counts};
 use crate::sim::{Sim, SimOptions};
+
+/// `--vc-requests-per-second` of the throughput runs (and of the bare client's gate): far
+/// above what any configuration reaches, so that only the C slots limit.
+pub const VC_REQUESTS_PER_SECOND: f64 = 10_000.0;
 
 /// What one run measured.
 struct Run {
@@ -29,6 +34,8 @@ struct Run {
     sim_calls: BTreeMap<String, f64>,
     peak_creates: f64,
     backend_ms: BTreeMap<String, f64>,
+    stage_seconds: BTreeMap<String, f64>,
+    cpu_ms: BTreeMap<String, f64>,
 }
 
 /// Runs every (L, C) configuration `runs` times. The API cost comes from the runs at
@@ -41,6 +48,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
         for &c in &env.scale.concurrencies {
             let n = env.scale.volumes_at(c);
             let mut runs = Vec::new();
+            let mut bare_runs = Vec::new();
             for r in 0..env.scale.runs {
                 let run = one(env, latency, c, n, r).await.with_context(|| {
                     format!("throughput run {r} with L = {latency} ms, C = {c}, N = {n}")
@@ -53,6 +61,23 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                     run.writes
                 ));
                 runs.push(run);
+                // The bare client right after volmig's run, on a fresh simulator.
+                let bare = tokio::time::timeout(
+                    bare::limit(n, latency, c),
+                    bare::one(&env.vcsim, latency, c, n),
+                )
+                .await
+                .context("timed out")
+                .and_then(|r| r)
+                .with_context(|| {
+                    format!("bare-client run {r} with L = {latency} ms, C = {c}, N = {n}")
+                })?;
+                progress(format!(
+                    "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s",
+                    bare.seconds,
+                    n as f64 / bare.seconds,
+                ));
+                bare_runs.push(bare);
             }
             let ideal = f64::from(c) * 1000.0 / latency as f64;
             let seconds = Summary::of(&runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
@@ -61,6 +86,10 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                 .iter()
                 .map(|r| r.sim_calls.values().sum::<f64>())
                 .collect();
+            let bare = bare_client(&bare_runs, n, ideal);
+            let ratio_to_bare = (bare.volumes_per_second.median > 0.0)
+                .then(|| per_second.median / bare.volumes_per_second.median);
+            let slot_seconds = seconds.median * f64::from(c) / n as f64;
             points.push(Throughput {
                 latency_ms: latency,
                 concurrency: c,
@@ -80,6 +109,18 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                         .iter()
                         .map(|r| r.backend_ms.clone())
                         .collect::<Vec<_>>(),
+                ),
+                bare: Some(bare),
+                ratio_to_bare,
+                stage_seconds: median_counts(
+                    &runs
+                        .iter()
+                        .map(|r| r.stage_seconds.clone())
+                        .collect::<Vec<_>>(),
+                ),
+                slot_seconds_per_registration: slot_seconds,
+                cpu_ms_per_registration: median_counts(
+                    &runs.iter().map(|r| r.cpu_ms.clone()).collect::<Vec<_>>(),
                 ),
             });
             if c == 8 && latency == cost_latency {
@@ -119,6 +160,39 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
     Ok((points, cost))
 }
 
+/// The bare client's figures over its runs.
+fn bare_client(runs: &[bare::BareRun], n: usize, ideal: f64) -> BareClient {
+    let seconds = Summary::of(&runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
+    let per_second = seconds.map(|s| n as f64 / s);
+    BareClient {
+        ratio_to_ideal: per_second.map(|v| v / ideal),
+        volumes_per_second: per_second,
+        seconds,
+        peak_creates_in_flight: Summary::of(
+            &runs.iter().map(|r| r.peak_creates).collect::<Vec<_>>(),
+        )
+        .median,
+        sim_calls_per_pv: Summary::of(
+            &runs
+                .iter()
+                .map(|r| r.sim_calls.values().sum::<f64>())
+                .collect::<Vec<_>>(),
+        ),
+        sim_calls_by_method: median_counts(
+            &runs.iter().map(|r| r.sim_calls.clone()).collect::<Vec<_>>(),
+        ),
+        backend_call_ms: median_counts(
+            &runs
+                .iter()
+                .map(|r| r.backend_ms.clone())
+                .collect::<Vec<_>>(),
+        ),
+        cpu_ms_per_registration: median_counts(
+            &runs.iter().map(|r| r.cpu_ms.clone()).collect::<Vec<_>>(),
+        ),
+    }
+}
+
 /// Mean duration of each backend operation so far, ms, from the daemon's histogram.
 pub async fn backend_call_ms(daemon: &Daemon) -> BTreeMap<String, f64> {
     let metrics = daemon
@@ -126,13 +200,37 @@ pub async fn backend_call_ms(daemon: &Daemon) -> BTreeMap<String, f64> {
         .await
         .map(|(_, b)| b)
         .unwrap_or_default();
-    let name = "volmig_backend_request_duration_seconds";
-    let sums = metric_by_label(&metrics, &format!("{name}_sum"), "operation");
-    let counts = metric_by_label(&metrics, &format!("{name}_count"), "operation");
+    backend_call_ms_from(&metrics)
+}
+
+/// Mean duration of each backend operation, ms, from a metrics exposition.
+pub fn backend_call_ms_from(metrics: &str) -> BTreeMap<String, f64> {
+    means_by_label(
+        metrics,
+        "volmig_backend_request_duration_seconds",
+        "operation",
+    )
+    .into_iter()
+    .map(|(op, seconds)| (op, seconds * 1000.0))
+    .collect()
+}
+
+/// Mean seconds per registration inside the registrar by stage, from a metrics
+/// exposition (`volmig_registration_stage_seconds`; every registration observes every
+/// stage once).
+pub fn registration_stage_seconds(metrics: &str) -> BTreeMap<String, f64> {
+    means_by_label(metrics, "volmig_registration_stage_seconds", "stage")
+}
+
+/// `_sum ÷ _count` of histogram `name` by the value of `label` (series with no
+/// observation left out).
+fn means_by_label(metrics: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let sums = metric_by_label(metrics, &format!("{name}_sum"), label);
+    let counts = metric_by_label(metrics, &format!("{name}_count"), label);
     sums.iter()
-        .filter_map(|(op, sum)| {
-            let n = counts.get(op).copied().filter(|n| *n > 0.0)?;
-            Some((op.clone(), sum / n * 1000.0))
+        .filter_map(|(key, sum)| {
+            let n = counts.get(key).copied().filter(|n| *n > 0.0)?;
+            Some((key.clone(), sum / n))
         })
         .collect()
 }
@@ -155,7 +253,10 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         VCenter::Sim(&sim),
         &[
             ("--max-concurrent-registrations", c.to_string()),
-            ("--vc-requests-per-second", "10000".into()),
+            (
+                "--vc-requests-per-second",
+                VC_REQUESTS_PER_SECOND.to_string(),
+            ),
             ("--full-sync-interval", "1h".into()),
         ],
     )?;
@@ -172,6 +273,11 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
     sim.reset_stats().await?;
 
     let volumes = cluster::volumes(&sim.datastore, 1..n + 1);
+    let cpu = CpuClock::start(&[
+        ("volmig", Some(daemon.pid)),
+        ("simulator", sim.pid()),
+        ("benchmark process (API server)", Some(std::process::id())),
+    ]);
     let started = Instant::now();
     cluster.create_pvs(&volumes).await?;
     // Generous: the ideal time, ten times over, plus a minute.
@@ -186,6 +292,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         )
         .await?;
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_ms = cpu.ms_per(n as f64);
     // Events are published after the counter moves: wait until the writes stop.
     let mut last = cluster.stats().writes;
     for _ in 0..50 {
@@ -203,7 +310,13 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         .metric("volmig_registrations_total", "result=\"created\"")
         .await
         .unwrap_or(0.0);
-    let backend_ms = backend_call_ms(&daemon).await;
+    let metrics = daemon
+        .get("/metrics")
+        .await
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let backend_ms = backend_call_ms_from(&metrics);
+    let stage_seconds = registration_stage_seconds(&metrics);
     let (registered, all) = cluster.registered_count().await?;
     ensure!(
         created as usize == n && registered == n && all == n,
@@ -239,6 +352,8 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
             .map(|(k, v)| (k.clone(), *v as f64 / per_pv))
             .collect(),
         backend_ms,
+        stage_seconds,
+        cpu_ms,
         peak_creates: sim_stats
             .max_in_flight
             .get("CnsCreateVolume")

@@ -1,6 +1,7 @@
 //! Memory and start-up over N existing volumes: one API server is filled step by step
-//! (N = 0, then more) with in-tree PVs and, for each, the Registered VolumeMigration volmig
-//! would have written. At each N, `volmig run` is started `runs` times as the single
+//! (N = 0, then more) with in-tree PVs and, for each, the Registered VolumeMigration and
+//! the CSI driver's cache object volmig would have written (the driver's CRD is installed,
+//! so volmig indexes those objects too). At each N, `volmig run` is started `runs` times as the single
 //! replica (`--leader-election false`) with vCenter unreachable, so it does only its
 //! Kubernetes work: list and watch PVs and VolumeMigrations, reconcile every object once
 //! (each is already in sync, nothing to write), and start a full sync that stops at the
@@ -35,6 +36,7 @@ pub struct Filled {
 /// Measures every size of `env.scale.tracked_sizes`.
 pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
     let cluster = Cluster::start().await?;
+    cluster.install_driver_crd().await?;
     let mut all: Vec<(Volume, VolumeId)> = Vec::new();
     let mut rows: Vec<Tracked> = Vec::new();
     let mut idle_rss_kib = 0.0;
@@ -50,8 +52,10 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Tracked>, Filled)> {
             let pvs: Vec<Volume> = new.iter().map(|(v, _)| v.clone()).collect();
             cluster.create_pvs(&pvs).await?;
             cluster.create_registered(&new).await?;
+            cluster.create_driver_objects(&new).await?;
             progress(format!(
-                "tracked: created {} PVs and Registered VolumeMigrations in {:.1} s",
+                "tracked: created {} PVs, Registered VolumeMigrations and driver objects in \
+                 {:.1} s",
                 new.len(),
                 started.elapsed().as_secs_f64()
             ));

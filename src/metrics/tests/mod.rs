@@ -85,6 +85,7 @@ fn every_family_has_help_and_type() {
     let expected: BTreeSet<&str> = [
         "volmig_registrations",
         "volmig_registration_duration_seconds",
+        "volmig_registration_stage_seconds",
         "volmig_volumes",
         "volmig_full_sync_duration_seconds",
         "volmig_full_sync_actions",
@@ -332,6 +333,7 @@ fn label_values_are_unique_snake_case() {
         .map(|r| r.as_str())
         .chain(SyncAction::ALL.iter().map(|a| a.as_str()))
         .chain(BackendResult::ALL.iter().map(|b| b.as_str()))
+        .chain(RegistrationStage::ALL.iter().map(|s| s.as_str()))
         .collect();
     for v in &values {
         assert!(v.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{v}");

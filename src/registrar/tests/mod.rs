@@ -517,3 +517,4 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
 
 mod fencing;
 mod interleavings;
+mod stages;

@@ -1,0 +1,157 @@
+//! Heap bytes that a running volmig keeps per tracked volume, part by part: the PV index
+//! entry, the VolumeMigration in the controller's cache (shaped by `strip_for_cache`, as
+//! `volmig run` shapes it) and the CSI driver's cache index entry. The objects are built as
+//! a real API server returns them (`managedFields`, labels, a full status).
+//!
+//! A regression guard for issue 14 (memory per tracked volume): the bounds are generous
+//! (about 1.3 × what was measured when they were set); the resident-memory figures at
+//! 100,000 volumes come from `make bench` (bench/report.md), not from here.
+
+#![allow(clippy::expect_used, reason = "test code: a failure should panic")]
+
+use std::sync::Arc;
+
+use cap::Cap;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+use volmig::api::VolumeMigration;
+use volmig::controller::PvIndex;
+use volmig::k8s::driver_cache::{CnsVSphereVolumeMigrationSpec, DriverIndex};
+use volmig::k8s::migrations::strip_for_cache;
+
+#[global_allocator]
+static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
+
+const VOLUMES: usize = 10_000;
+
+fn uuid(i: usize, tag: u32) -> String {
+    format!("{tag:08x}-0000-4000-8000-{i:012x}")
+}
+
+fn pv_name(i: usize) -> String {
+    format!("pvc-{}", uuid(i, 0xa))
+}
+
+fn path(i: usize) -> String {
+    format!(
+        "[vsanDatastore] kubevols/kubernetes-dynamic-pvc-{}.vmdk",
+        uuid(i, 0xa)
+    )
+}
+
+fn pv(i: usize) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": pv_name(i), "uid": uuid(i, 0xb), "resourceVersion": format!("{}", 1000 + i),
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+            "annotations": {"pv.kubernetes.io/provisioned-by": "kubernetes.io/vsphere-volume"},
+            "finalizers": ["kubernetes.io/pv-protection"],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {
+            "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "thin",
+            "vsphereVolume": {"volumePath": path(i), "fsType": "ext4"},
+        },
+        "status": {"phase": "Bound"},
+    }))
+    .expect("PV")
+}
+
+fn migration(i: usize) -> VolumeMigration {
+    let name = volmig::VolumePath::parse(&path(i))
+        .expect("path")
+        .object_name();
+    serde_json::from_value(json!({
+        "apiVersion": "volmig.io/v1alpha1", "kind": "VolumeMigration",
+        "metadata": {
+            "name": name, "uid": uuid(i, 0xc), "resourceVersion": format!("{}", 2000 + i),
+            "generation": 1, "creationTimestamp": "2025-01-01T00:00:00Z",
+            "finalizers": ["volmig.io/registration"],
+            "labels": {"app.kubernetes.io/managed-by": "volmig"},
+            "managedFields": [{"manager": "volmig", "operation": "Update", "apiVersion":
+                "volmig.io/v1alpha1", "fieldsType": "FieldsV1", "subresource": "status",
+                "fieldsV1": {"f:status": {"f:phase": {}, "f:volumeID": {}}}}],
+        },
+        "spec": {"volumePath": path(i)},
+        "status": {
+            "phase": "Registered", "volumeID": uuid(i, 0xd), "diskUUID": uuid(i, 0xe),
+            "persistentVolumes": [pv_name(i)], "persistentVolumeCount": 1, "attempts": 1,
+            "registeredTime": "2025-01-01T00:00:00Z", "protectedFromVmDelete": true,
+            "observedGeneration": 1,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Registered",
+                "message": "registered", "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+        },
+    }))
+    .expect("VolumeMigration")
+}
+
+/// Live heap bytes per volume that `fill` leaves behind (what it returns is kept alive
+/// while measuring; everything else it allocated is freed).
+fn per_volume<T>(fill: impl FnOnce() -> T) -> (f64, T) {
+    let before = ALLOCATOR.allocated();
+    let kept = fill();
+    let after = ALLOCATOR.allocated();
+    (after.saturating_sub(before) as f64 / VOLUMES as f64, kept)
+}
+
+#[test]
+fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
+    let (pv_bytes, index) = per_volume(|| {
+        let index = PvIndex::default();
+        for i in 0..VOLUMES {
+            index.upsert_pv(&pv(i));
+        }
+        index
+    });
+    let (vm_bytes, cache) = per_volume(|| {
+        let (reader, mut writer) = reflector::store::<VolumeMigration>();
+        for i in 0..VOLUMES {
+            let mut vm = migration(i);
+            strip_for_cache(&mut vm);
+            writer.apply_watcher_event(&Event::Apply(vm));
+        }
+        (reader, writer)
+    });
+    let (driver_bytes, driver) = per_volume(|| {
+        let driver = Arc::new(DriverIndex::default());
+        for i in 0..VOLUMES {
+            let spec = CnsVSphereVolumeMigrationSpec {
+                volumepath: path(i),
+                volumeid: uuid(i, 0xd),
+                protectvolumefromvmdelete: true,
+            };
+            driver.upsert(&uuid(i, 0xd), &spec, true);
+        }
+        driver
+    });
+    assert_eq!(index.len(), VOLUMES);
+    assert_eq!(cache.0.len(), VOLUMES);
+    assert_eq!(driver.len(), VOLUMES);
+    let total = pv_bytes + vm_bytes + driver_bytes;
+    eprintln!(
+        "heap bytes per volume: PV index {pv_bytes:.0}, VolumeMigration cache {vm_bytes:.0}, \
+         driver index {driver_bytes:.0}, total {total:.0}"
+    );
+    for (part, bytes, bound) in [
+        ("PV index", pv_bytes, PV_INDEX_BOUND),
+        ("VolumeMigration cache", vm_bytes, MIGRATION_CACHE_BOUND),
+        ("driver index", driver_bytes, DRIVER_INDEX_BOUND),
+    ] {
+        assert!(
+            bytes <= bound,
+            "{part}: {bytes:.0} heap bytes per volume, more than the {bound} allowed"
+        );
+    }
+}
+
+/// Bounds, bytes per volume (see the module doc).
+/// Measured 397 (name and path shared by both maps).
+const PV_INDEX_BOUND: f64 = 512.0;
+/// Measured 1,393; keeping the label alone would add ~550, `managedFields` kilobytes.
+const MIGRATION_CACHE_BOUND: f64 = 1800.0;
+/// Measured 425 (canonical path shared by both maps).
+const DRIVER_INDEX_BOUND: f64 = 640.0;
