@@ -96,13 +96,6 @@ struct State {
 }
 
 impl State {
-    /// The shared copy of `path` when some PV already references it.
-    fn shared_path(&self, path: VolumePath) -> Arc<VolumePath> {
-        self.by_path
-            .get_key_value(&path)
-            .map_or_else(|| Arc::new(path), |(shared, _)| shared.clone())
-    }
-
     fn link(&mut self, path: Arc<VolumePath>, name: &Arc<str>) {
         let names = self.by_path.entry(path).or_default();
         if let Err(at) = names.binary_search(name) {
@@ -207,7 +200,7 @@ impl PvIndex {
         let mut change = old;
         let indexed = match volume {
             PvVolume::Valid(path) => {
-                let path = s.shared_path(path);
+                let path = crate::volume_path::shared(&s.by_path, path);
                 s.link(path.clone(), &name);
                 change.touched.push(VolumePath::clone(&path));
                 Indexed::Valid(path)

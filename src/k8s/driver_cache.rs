@@ -193,10 +193,7 @@ impl DriverIndex {
         let mut s = self.lock();
         let name = Self::unlink(&mut s, name).unwrap_or_else(|| Arc::from(name));
         let path = VolumePath::parse(&spec.volumepath).ok().map(|path| {
-            let shared = s
-                .by_path
-                .get_key_value(&path)
-                .map_or_else(|| Arc::new(path), |(shared, _)| shared.clone());
+            let shared = crate::volume_path::shared(&s.by_path, path);
             s.by_path
                 .entry(shared.clone())
                 .or_default()

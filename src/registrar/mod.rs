@@ -465,6 +465,17 @@ pub struct Registration {
     pub unchanged: bool,
 }
 
+impl Registration {
+    /// The ID the status already held: nothing was done.
+    fn already_stored(volume_id: &VolumeId) -> Self {
+        Self {
+            volume_id: volume_id.clone(),
+            adopted: true,
+            unchanged: true,
+        }
+    }
+}
+
 fn create_request(
     config: &RegistrarConfig,
     path: &VolumePath,

@@ -39,11 +39,7 @@ impl Registrar {
                 return Ok(registration);
             }
             if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id) {
-                return Ok(Registration {
-                    volume_id: volume_id.clone(),
-                    adopted: true,
-                    unchanged: true,
-                });
+                return Ok(Registration::already_stored(volume_id));
             }
             self.register_and_record(path, state).await
         })
@@ -65,11 +61,7 @@ impl Registrar {
             if let Some(volume_id) = state.as_ref().and_then(StoredState::registered_id)
                 && volume_id != missing
             {
-                return Ok(Registration {
-                    volume_id: volume_id.clone(),
-                    adopted: true,
-                    unchanged: true,
-                });
+                return Ok(Registration::already_stored(volume_id));
             }
             self.register_and_record(path, state).await
         })
