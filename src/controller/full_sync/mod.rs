@@ -195,10 +195,12 @@ impl FullSync {
         self.ctx.metrics.set_orphan_volumes(planned.orphans);
 
         // Bounded concurrency without closures over borrowed data (keeps the future Send).
-        let mut outcomes: Vec<bool> = Vec::with_capacity(planned.repairs.len());
+        // `None`: skipped, leadership was lost before the repair's turn came.
+        let mut outcomes: Vec<Option<bool>> = Vec::with_capacity(planned.repairs.len());
         let mut running = FuturesUnordered::new();
         for repair in &planned.repairs {
-            if self.shutdown.is_cancelled() {
+            if !self.may_write() {
+                info!("shutting down or no longer the leader: the pass makes no more repairs");
                 break;
             }
             if running.len() >= self.concurrency
@@ -211,6 +213,7 @@ impl FullSync {
         while let Some(ok) = running.next().await {
             outcomes.push(ok);
         }
+        let outcomes: Vec<bool> = outcomes.into_iter().flatten().collect();
         // Paths repaired in this pass may have changed their mapping: the snapshot is stale
         // for them (their reconcile publishes the new one).
         let repaired: HashSet<&VolumePath> =
@@ -266,8 +269,8 @@ impl FullSync {
             else {
                 continue;
             };
-            if self.shutdown.is_cancelled() {
-                break;
+            if !self.may_write() {
+                return changed;
             }
             if repaired.contains(path) {
                 continue;
@@ -284,6 +287,13 @@ impl FullSync {
         }
         self.ctx.metrics.set_driver_objects_missing(missing);
         changed
+    }
+
+    /// Whether this pass may still write: not shutting down, and still the leader. Checked
+    /// before each write, not only when the term began: a replica paused past its Lease
+    /// (docs/design.md §4.2) must not act on a snapshot while another replica leads.
+    fn may_write(&self) -> bool {
+        !self.shutdown.is_cancelled() && self.ctx.leader.is_open()
     }
 
     fn publish_phases(&self, migrations: &[MigrationRecord]) {

@@ -59,18 +59,22 @@ impl FullSync {
         self.migrations.get(&ObjectRef::new(name))
     }
 
-    /// Makes one repair; returns false when it failed (logged; retried next pass).
+    /// Makes one repair; returns false when it failed (logged; retried next pass), `None`
+    /// when this replica no longer leads (or shuts down) by the time the repair's turn comes.
     pub(super) async fn repair(
         &self,
         repair: &Repair,
         pvs: &HashMap<VolumePath, Vec<String>>,
-    ) -> bool {
+    ) -> Option<bool> {
+        if !self.may_write() {
+            return None;
+        }
         let span = info_span!("repair", kind = repair.kind());
         match self.repair_one(repair, pvs).instrument(span).await {
-            Ok(()) => true,
+            Ok(()) => Some(true),
             Err(e) => {
                 warn!(?repair, error = %crate::error_chain(&e), "full sync repair failed");
-                false
+                Some(false)
             }
         }
     }

@@ -317,7 +317,12 @@ pub(super) struct Fixture {
 
 /// A context over the scripted API, with `pvs` (name, path) in a synced PV index.
 pub(super) fn fixture(pvs: &[(&str, &str)]) -> Fixture {
-    fixture_with_driver(pvs, None)
+    fixture_with_driver(pvs, None, LeaderGate::always())
+}
+
+/// A fixture whose replica leads while `leader` is open.
+pub(super) fn fixture_led_by(pvs: &[(&str, &str)], leader: LeaderGate) -> Fixture {
+    fixture_with_driver(pvs, None, leader)
 }
 
 /// A fixture whose context publishes into the CSI driver's cache, indexed by `driver`.
@@ -325,12 +330,13 @@ pub(super) fn fixture_publishing(
     pvs: &[(&str, &str)],
     driver: Arc<crate::k8s::driver_cache::DriverIndex>,
 ) -> Fixture {
-    fixture_with_driver(pvs, Some(driver))
+    fixture_with_driver(pvs, Some(driver), LeaderGate::always())
 }
 
 fn fixture_with_driver(
     pvs: &[(&str, &str)],
     driver: Option<Arc<crate::k8s::driver_cache::DriverIndex>>,
+    leader: LeaderGate,
 ) -> Fixture {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
@@ -360,7 +366,7 @@ fn fixture_with_driver(
         status: StatusWriter::new(client.clone()),
         registrar: Arc::new(registrar),
         index,
-        leader: LeaderGate::always(),
+        leader,
         metrics: metrics.clone(),
         events: Events::new(client.clone(), INSTANCE),
         on_pv_delete: PvDeletePolicy::Unregister,

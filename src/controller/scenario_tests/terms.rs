@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::harness::*;
 use crate::controller::full_sync::{FullSync, PassSummary};
+use crate::registrar::LeaderGate;
 
 fn empty_pv_list() -> serde_json::Value {
     json!({
@@ -63,6 +64,55 @@ async fn a_new_term_needs_two_passes_of_its_own_before_deleting() {
     pass(&mut f, &sync, &name, false).await;
     // The second pass of the same term deletes.
     pass(&mut f, &sync, &name, true).await;
+    drop(sync);
+    f.finish().await;
+}
+
+/// A replica that loses its Lease while a pass is under way (e.g. SIGSTOPped past the
+/// Lease, then continued) makes none of the pass's planned repairs: another replica leads
+/// now, and writes planned from this replica's snapshot would race its writes. Before the
+/// fix, leadership was looked at only when a term started, and the deposed replica sent
+/// the `persistentVolumes` repair below.
+#[tokio::test]
+async fn a_pass_that_loses_leadership_after_listing_writes_nothing() {
+    let (leading, signal) = tokio::sync::watch::channel(true);
+    let mut f = fixture_led_by(&[("pv-b", PATH_A)], LeaderGate::new(signal));
+    let sync = registered_full_sync(&f).await;
+    let task = tokio::spawn({
+        let sync = Arc::clone(&sync);
+        async move { sync.run_pass().await }
+    });
+    let call = f.api.next().await;
+    call.expect(Method::GET, "/api/v1/persistentvolumes", "&limit=500");
+    // The Lease passes on while the list is in flight.
+    leading.send_replace(false);
+    // The stored status lists pv-a; the cluster now has pv-b on the path: a status repair
+    // would be planned and, by a leader, written.
+    call.reply(
+        StatusCode::OK,
+        &json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeList",
+            "metadata": {"resourceVersion": "10"},
+            "items": [{
+                "metadata": {"name": "pv-b", "resourceVersion": "9"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "vsphereVolume": {"volumePath": PATH_A, "fsType": "ext4"},
+                },
+            }],
+        }),
+    );
+    let summary = f.api.outcome(task).await.unwrap();
+    assert_eq!(
+        summary.repairs, 0,
+        "no repair is made by a deposed leader: {summary:?}"
+    );
+    assert_eq!(
+        summary.failed, 0,
+        "skipped repairs are not failures: {summary:?}"
+    );
     drop(sync);
     f.finish().await;
 }
