@@ -117,14 +117,20 @@ proptest! {
     fn a_quote_at_one_end_only_is_kept(
         body in "[A-Za-z0-9@#:=!.-]([A-Za-z0-9@#:=!. -]{0,10}[A-Za-z0-9@#:=!.-])?",
         quote in prop::sample::select(&['"', '\''][..]),
-        other in prop::sample::select(&['"', '\'', 'x'][..]),
+        other_end_quoted in any::<bool>(),
         at_start in any::<bool>(),
     ) {
-        prop_assume!(other != quote);
+        // The other end is bare or carries the other kind of quote (generated, not
+        // filtered: filtering runs out of tries at high case counts).
+        let other = match (other_end_quoted, quote) {
+            (false, _) => "",
+            (true, '"') => "'",
+            (true, _) => "\"",
+        };
         let password = if at_start {
-            format!("{quote}{body}{}", if other == 'x' { String::new() } else { other.to_string() })
+            format!("{quote}{body}{other}")
         } else {
-            format!("{}{body}{quote}", if other == 'x' { String::new() } else { other.to_string() })
+            format!("{other}{body}{quote}")
         };
         let c = parse(&format!("username: u\npassword: {password}\n"), "f").unwrap();
         prop_assert_eq!(c.password.expose(), password.as_str());
