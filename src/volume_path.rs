@@ -182,19 +182,24 @@ impl VolumePath {
         &self.canonical
     }
 
-    fn digest_hex(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical.as_bytes()))
+    fn digest(&self) -> [u8; 32] {
+        Sha256::digest(self.canonical.as_bytes()).into()
     }
 
     /// The `VolumeMigration` object name: sanitized stem + `-` + 16 hex chars (64 bits) of the digest.
     pub fn object_name(&self) -> String {
-        let digest = self.digest_hex();
-        format!("{}-{}", sanitize_stem(self.file_stem()), &digest[..16])
+        let mut name = sanitize_stem(self.file_stem());
+        name.push('-');
+        name.push_str(&hex::encode(&self.digest()[..8]));
+        name
     }
 
     /// The deterministic CNS volume name, the idempotency key of a registration.
     pub fn cns_volume_name(&self) -> String {
-        format!("{CNS_NAME_PREFIX}{}", self.digest_hex())
+        let mut name = String::with_capacity(CNS_NAME_PREFIX.len() + 64);
+        name.push_str(CNS_NAME_PREFIX);
+        name.push_str(&hex::encode(self.digest()));
+        name
     }
 }
 

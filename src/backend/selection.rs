@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{CnsVolume, VolumeBackend};
-use crate::volume_path::CNS_NAME_PREFIX;
+use crate::volume_path::{CNS_NAME_PREFIX, VolumePath};
 
 /// Picks the volume to adopt among existing CNS volumes for one path: the one carrying
 /// volmig's deterministic `name`, else the oldest (then the smallest ID, for determinism).
@@ -29,23 +29,27 @@ pub async fn date_possible_duplicates<B: VolumeBackend + ?Sized>(
     backend: &B,
     volumes: &mut [CnsVolume],
 ) {
-    let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, v) in volumes.iter().enumerate() {
-        if let Some(path) = &v.backing_path {
-            groups.entry(format!("path:{path}")).or_default().push(i);
-        }
-        if v.name.starts_with(CNS_NAME_PREFIX) {
-            groups
-                .entry(format!("name:{}", v.name))
-                .or_default()
-                .push(i);
+    // The first volume seen per disk and per volmig name; a second one makes both
+    // candidates (borrowed keys: this runs over every CNS volume at every pass).
+    let mut candidates: BTreeSet<usize> = BTreeSet::new();
+    {
+        let mut first_of_path: HashMap<&VolumePath, usize> = HashMap::new();
+        let mut first_of_name: HashMap<&str, usize> = HashMap::new();
+        for (i, v) in volumes.iter().enumerate() {
+            if let Some(path) = &v.backing_path {
+                let first = *first_of_path.entry(path).or_insert(i);
+                if first != i {
+                    candidates.extend([first, i]);
+                }
+            }
+            if v.name.starts_with(CNS_NAME_PREFIX) {
+                let first = *first_of_name.entry(&v.name).or_insert(i);
+                if first != i {
+                    candidates.extend([first, i]);
+                }
+            }
         }
     }
-    let candidates: BTreeSet<usize> = groups
-        .into_values()
-        .filter(|members| members.len() > 1)
-        .flatten()
-        .collect();
     date(backend, volumes, candidates).await;
 }
 

@@ -6,4 +6,5 @@ pub mod client;
 pub mod driver_cache;
 pub mod events;
 pub mod migrations;
+pub mod paged;
 pub mod status;

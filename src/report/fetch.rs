@@ -5,13 +5,13 @@
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Resource;
-use kube::api::ListParams;
-use kube::core::{ApiResource, Request};
+use kube::core::ApiResource;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::model::{DriverCache, DriverCacheRequirement, DriverObject, InTreePv, Inputs};
 use crate::api::VolumeMigration;
+use crate::k8s::paged::{ItemMeta, PvPath, for_each_item_page};
 
 /// Objects per list page.
 pub const PAGE_SIZE: u32 = 500;
@@ -75,21 +75,6 @@ impl std::error::Error for FetchError {}
 
 const VOLUME_MIGRATIONS: &str = "VolumeMigrations";
 
-/// Only the parts of a PV spec the report reads (keeps 100k PVs cheap to decode).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PvSpec {
-    #[serde(default)]
-    vsphere_volume: Option<VsphereVolume>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct VsphereVolume {
-    #[serde(default)]
-    volume_path: String,
-}
-
 /// `spec` of a `CnsVSphereVolumeMigration`; the field names are lower-case in the
 /// driver's CRD.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -135,83 +120,40 @@ pub async fn read_inputs(
     })
 }
 
-/// One page of a list, decoding only what the report reads.
-#[derive(Debug, Deserialize)]
-struct Page<T> {
-    items: Vec<T>,
-    #[serde(default)]
-    metadata: PageMeta,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct PageMeta {
-    #[serde(default, rename = "continue")]
-    continue_: Option<String>,
-}
-
-/// `metadata` of an item: only the name (not labels, annotations, managedFields, ...).
-#[derive(Debug, Default, Deserialize)]
-struct Meta {
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Pv {
-    #[serde(default)]
-    metadata: Meta,
-    #[serde(default)]
-    spec: Option<PvSpec>,
-}
-
 #[derive(Debug, Deserialize)]
 struct Driver {
     #[serde(default)]
-    metadata: Meta,
+    metadata: ItemMeta,
     #[serde(default)]
     spec: Option<DriverSpec>,
 }
 
-/// Lists the collection at `url_path` page by page ([`PAGE_SIZE`] items, `continue`
-/// tokens) and hands every page's items to `each`.
+/// Lists the collection at `url_path` page by page ([`PAGE_SIZE`] items) and hands every
+/// page's items to `each`.
 async fn for_each_page<T, F>(
     client: &kube::Client,
     url_path: &str,
     what: &'static str,
-    mut each: F,
+    each: F,
 ) -> Result<(), FetchError>
 where
     T: DeserializeOwned,
     F: FnMut(Vec<T>),
 {
-    let fail = |error| FetchError { what, error };
-    let request = Request::new(url_path);
-    let mut params = ListParams::default().limit(PAGE_SIZE);
-    loop {
-        let http = request
-            .list(&params)
-            .map_err(|e| fail(kube::Error::BuildRequest(e)))?;
-        let page: Page<T> = client.request(http).await.map_err(fail)?;
-        each(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
+    for_each_item_page(client, url_path, PAGE_SIZE, each)
+        .await
+        .map_err(|error| FetchError { what, error })
 }
 
 async fn read_pvs(client: kube::Client) -> Result<(Vec<InTreePv>, usize), FetchError> {
     let mut in_tree = Vec::new();
     let mut others = 0;
     let url = PersistentVolume::url_path(&(), None);
-    for_each_page(&client, &url, "PersistentVolumes", |items: Vec<Pv>| {
+    for_each_page(&client, &url, "PersistentVolumes", |items: Vec<PvPath>| {
         for pv in items {
-            match (pv.metadata.name, pv.spec.and_then(|s| s.vsphere_volume)) {
-                (Some(name), Some(volume)) => in_tree.push(InTreePv {
-                    name,
-                    volume_path: volume.volume_path,
-                }),
-                _ => others += 1,
+            match pv.into_in_tree() {
+                Some((name, volume_path)) => in_tree.push(InTreePv { name, volume_path }),
+                None => others += 1,
             }
         }
     })
@@ -260,6 +202,7 @@ async fn read_driver_objects(client: kube::Client) -> Result<DriverCache, FetchE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::paged::Page;
     use kube::core::Status;
 
     fn api_error(what: &'static str, code: u16, message: &str) -> String {
@@ -313,35 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn only_names_and_the_needed_spec_fields_are_decoded() {
-        let page: Page<Pv> = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeList",
-            "metadata": {"resourceVersion": "7", "continue": "abc"},
-            "items": [
-                {"metadata": {"name": "pv-1", "managedFields": [{"manager": "x"}]},
-                 "spec": {"capacity": {"storage": "1Gi"},
-                          "vsphereVolume": {"volumePath": "[ds] a.vmdk", "fsType": "ext4"}},
-                 "status": {"phase": "Bound"}},
-                {"metadata": {"name": "pv-2"}, "spec": {"nfs": {"server": "s", "path": "/p"}}}
-            ]
-        }))
-        .unwrap();
-        assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
-        assert_eq!(page.items[0].metadata.name.as_deref(), Some("pv-1"));
-        let spec = page.items[0].spec.as_ref().unwrap();
-        assert_eq!(
-            spec.vsphere_volume.as_ref().unwrap().volume_path,
-            "[ds] a.vmdk"
-        );
-        assert!(
-            page.items[1]
-                .spec
-                .as_ref()
-                .unwrap()
-                .vsphere_volume
-                .is_none()
-        );
-
+    fn only_names_and_the_driver_spec_fields_are_decoded() {
         let page: Page<Driver> = serde_json::from_value(serde_json::json!({
             "metadata": {},
             "items": [{"metadata": {"name": "id-1"},

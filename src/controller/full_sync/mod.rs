@@ -17,11 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::Context;
-use super::pv_index::{PvVolume, pv_volume};
 use crate::api::{Phase, VolumeMigration};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
-use crate::k8s::client::for_each_page;
+use crate::k8s::paged::{PvPath, for_each_item_page};
 use crate::volume_path::VolumePath;
 
 pub mod plan;
@@ -317,17 +316,24 @@ impl FullSync {
 }
 
 /// Lists PVs page by page: the names of the PVs of every valid in-tree path (sorted).
+/// Only names and paths are decoded (see [`crate::k8s::paged`]).
 pub async fn list_pvs_by_path(
     api: &Api<PersistentVolume>,
 ) -> Result<HashMap<VolumePath, Vec<String>>, Error> {
     let mut by_path: HashMap<VolumePath, Vec<String>> = HashMap::new();
-    for_each_page(api, PAGE_SIZE, |items| {
-        for pv in &items {
-            if let (Some(PvVolume::Valid(path)), Some(name)) = (pv_volume(pv), &pv.metadata.name) {
-                by_path.entry(path).or_default().push(name.clone());
+    let client = api.clone().into_client();
+    for_each_item_page(
+        &client,
+        api.resource_url(),
+        PAGE_SIZE,
+        |items: Vec<PvPath>| {
+            for (name, raw) in items.into_iter().filter_map(PvPath::into_in_tree) {
+                if let Ok(path) = VolumePath::parse(&raw) {
+                    by_path.entry(path).or_default().push(name);
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(Error::ListPvs)?;
     for names in by_path.values_mut() {
@@ -339,8 +345,11 @@ pub async fn list_pvs_by_path(
 /// What full sync needs of a cached VolumeMigration. An object whose name is not its
 /// path's (a name collision, docs/design.md §2.6) gets no path: full sync never acts through it.
 pub fn record(vm: &VolumeMigration) -> MigrationRecord {
-    let status = vm.status.clone().unwrap_or_default();
-    let mut duplicates = status.duplicate_volume_ids.unwrap_or_default();
+    // Field by field: cloning the whole status would copy what the record drops.
+    let status = vm.status.as_ref();
+    let mut duplicates = status
+        .and_then(|s| s.duplicate_volume_ids.clone())
+        .unwrap_or_default();
     duplicates.sort();
     let name = vm.metadata.name.clone().unwrap_or_default();
     MigrationRecord {
@@ -349,11 +358,13 @@ pub fn record(vm: &VolumeMigration) -> MigrationRecord {
             .filter(|p| p.object_name() == name),
         name,
         version: vm.metadata.resource_version.clone(),
-        phase: status.phase,
-        volume_id: status.volume_id,
-        pvs: status.persistent_volumes.unwrap_or_default(),
+        phase: status.and_then(|s| s.phase),
+        volume_id: status.and_then(|s| s.volume_id.clone()),
+        pvs: status
+            .and_then(|s| s.persistent_volumes.clone())
+            .unwrap_or_default(),
         duplicates,
-        protected: status.protected_from_vm_delete == Some(true),
+        protected: status.is_some_and(|s| s.protected_from_vm_delete == Some(true)),
         deleting: vm.metadata.deletion_timestamp.is_some(),
     }
 }
