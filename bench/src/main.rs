@@ -51,6 +51,13 @@ struct Args {
     /// 0 = idle baseline).
     #[arg(long, value_delimiter = ',')]
     tracked_sizes: Vec<usize>,
+    /// Override the simulated `CnsCreateVolume` latencies of the throughput runs, in ms
+    /// (comma-separated; e.g. to profile one point).
+    #[arg(long, value_delimiter = ',')]
+    latencies_ms: Vec<u64>,
+    /// Override the concurrencies C of the throughput runs (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    concurrencies: Vec<u16>,
     /// Keep each memory/start-up daemon running this many seconds after it is idle (to let
     /// a profiler wrapped around `--volmig` see the whole run).
     #[arg(long, default_value_t = 0)]
@@ -161,6 +168,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if !args.tracked_sizes.is_empty() {
         scale.tracked_sizes = args.tracked_sizes.clone();
+    }
+    if !args.latencies_ms.is_empty() {
+        scale.latencies_ms = args.latencies_ms.clone();
+    }
+    if !args.concurrencies.is_empty() {
+        scale.concurrencies = args.concurrencies.clone();
     }
     for (what, path, hint) in [
         ("volmig", &args.volmig, "cargo build --release --bin volmig"),
