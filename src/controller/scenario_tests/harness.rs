@@ -485,6 +485,36 @@ pub(super) fn reconcile_failures(metrics: &Metrics, reason: &str) -> String {
         .unwrap_or_else(|| panic!("no series {wanted}"))
 }
 
+/// Starts one full-sync pass; its calls are answered through the fixture's API.
+pub(super) fn spawn_pass(
+    sync: &Arc<FullSync>,
+) -> JoinHandle<Result<PassSummary, crate::controller::full_sync::Error>> {
+    let sync = Arc::clone(sync);
+    tokio::spawn(async move { sync.run_pass().await })
+}
+
+/// An in-tree vSphere PV `name` on `raw_path`, as the API server lists it.
+pub(super) fn vsphere_pv(name: &str, raw_path: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "resourceVersion": "9"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "vsphereVolume": {"volumePath": raw_path, "fsType": "ext4"},
+        },
+    })
+}
+
+/// A one-page PV list holding `items`.
+pub(super) fn pv_list(items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeList",
+        "metadata": {"resourceVersion": "10"},
+        "items": items,
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // Scenarios
 // ---------------------------------------------------------------------------------------

@@ -397,34 +397,19 @@ async fn scenario_name_collision_is_reported_without_registering() {
 async fn scenario_steady_full_sync_pass_lists_once_and_writes_nothing() {
     let mut f = fixture(&[("pv-a", PATH_A)]);
     let sync = registered_full_sync(&f).await;
-    let task = tokio::spawn({
-        let sync = Arc::clone(&sync);
-        async move { sync.run_pass().await }
-    });
+    let task = spawn_pass(&sync);
 
     let call = f.api.next().await;
     call.expect(Method::GET, "/api/v1/persistentvolumes", "&limit=500");
     call.reply(
         StatusCode::OK,
-        &json!({
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeList",
-            "metadata": {"resourceVersion": "10"},
-            "items": [
-                {
-                    "metadata": {"name": "pv-a", "resourceVersion": "9"},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "vsphereVolume": {"volumePath": PATH_A, "fsType": "ext4"},
-                    },
-                },
-                {
-                    "metadata": {"name": "nfs", "resourceVersion": "8"},
-                    "spec": {"nfs": {"server": "nfs.example", "path": "/x"}},
-                },
-            ],
-        }),
+        &pv_list(vec![
+            vsphere_pv("pv-a", PATH_A),
+            json!({
+                "metadata": {"name": "nfs", "resourceVersion": "8"},
+                "spec": {"nfs": {"server": "nfs.example", "path": "/x"}},
+            }),
+        ]),
     );
 
     let summary = f.api.outcome(task).await.unwrap();

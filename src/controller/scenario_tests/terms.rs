@@ -12,15 +12,6 @@ use super::harness::*;
 use crate::controller::full_sync::{FullSync, PassSummary};
 use crate::registrar::LeaderGate;
 
-fn empty_pv_list() -> serde_json::Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeList",
-        "metadata": {"resourceVersion": "10"},
-        "items": [],
-    })
-}
-
 /// One pass that sees no PV; answers its list call (and a deletion, if it makes one).
 async fn pass(
     f: &mut Fixture,
@@ -28,13 +19,10 @@ async fn pass(
     name: &str,
     expect_delete: bool,
 ) -> PassSummary {
-    let task = tokio::spawn({
-        let sync = Arc::clone(sync);
-        async move { sync.run_pass().await }
-    });
+    let task = spawn_pass(sync);
     let call = f.api.next().await;
     call.expect(Method::GET, "/api/v1/persistentvolumes", "&limit=500");
-    call.reply(StatusCode::OK, &empty_pv_list());
+    call.reply(StatusCode::OK, &pv_list(Vec::new()));
     if expect_delete {
         let call = f.api.next().await;
         assert_eq!(
@@ -78,32 +66,14 @@ async fn a_pass_that_loses_leadership_after_listing_writes_nothing() {
     let (leading, signal) = tokio::sync::watch::channel(true);
     let mut f = fixture_led_by(&[("pv-b", PATH_A)], LeaderGate::new(signal));
     let sync = registered_full_sync(&f).await;
-    let task = tokio::spawn({
-        let sync = Arc::clone(&sync);
-        async move { sync.run_pass().await }
-    });
+    let task = spawn_pass(&sync);
     let call = f.api.next().await;
     call.expect(Method::GET, "/api/v1/persistentvolumes", "&limit=500");
     // The Lease passes on while the list is in flight.
     leading.send_replace(false);
     // The stored status lists pv-a; the cluster now has pv-b on the path: a status repair
     // would be planned and, by a leader, written.
-    call.reply(
-        StatusCode::OK,
-        &json!({
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeList",
-            "metadata": {"resourceVersion": "10"},
-            "items": [{
-                "metadata": {"name": "pv-b", "resourceVersion": "9"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "vsphereVolume": {"volumePath": PATH_A, "fsType": "ext4"},
-                },
-            }],
-        }),
-    );
+    call.reply(StatusCode::OK, &pv_list(vec![vsphere_pv("pv-b", PATH_A)]));
     let summary = f.api.outcome(task).await.unwrap();
     assert_eq!(
         summary.repairs, 0,
