@@ -40,22 +40,11 @@ pub async fn kube_client_as(
 
 /// Lists every object of `api` page by page (`page_size` items, `continue` tokens) and
 /// hands each page's items to `each`: one page in memory at a time.
-pub async fn for_each_page<K, F>(
-    api: &kube::Api<K>,
-    page_size: u32,
-    mut each: F,
-) -> kube::Result<()>
+pub async fn for_each_page<K, F>(api: &kube::Api<K>, page_size: u32, each: F) -> kube::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     F: FnMut(Vec<K>),
 {
-    let mut params = kube::api::ListParams::default().limit(page_size);
-    loop {
-        let page = api.list(&params).await?;
-        each(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
+    let client = api.clone().into_client();
+    super::paged::for_each_item_page(&client, api.resource_url(), page_size, each).await
 }

@@ -9,6 +9,7 @@
 
 mod harness;
 mod publishing;
+mod scripted_api;
 mod terms;
 
 use crate::api::FINALIZER;
