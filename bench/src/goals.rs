@@ -77,20 +77,30 @@ fn steady_goals(s: &SteadyPass, out: &mut Vec<Goal>) {
 fn ideal_goal(t: &Throughput) -> Goal {
     let want = THROUGHPUT_RATIO * t.ideal_per_second;
     goal(
-        format!(
-            "Registration throughput, C = {}, L = {} ms, N = {}",
-            t.concurrency, t.latency_ms, t.volumes
-        ),
+        format!("Registration throughput, {}", point(t)),
         format!("≥ 0.9 × C ÷ L = {want:.1} volumes/s"),
         format!(
             "{:.1} volumes/s ({:.2} × ideal)",
             t.volumes_per_second.median, t.ratio_to_ideal.median
         ),
         t.ratio_to_ideal.median >= THROUGHPUT_RATIO,
-        format!(
-            "{:.0} % below the goal",
-            (1.0 - t.volumes_per_second.median / want) * 100.0
-        ),
+        shortfall(t, want),
+    )
+}
+
+/// The throughput point a goal is about: `C = 8, L = 50 ms, N = 1000`.
+fn point(t: &Throughput) -> String {
+    format!(
+        "C = {}, L = {} ms, N = {}",
+        t.concurrency, t.latency_ms, t.volumes
+    )
+}
+
+/// How far volmig's median throughput is below `want` volumes/s.
+fn shortfall(t: &Throughput, want: f64) -> String {
+    format!(
+        "{:.0} % below the goal",
+        (1.0 - t.volumes_per_second.median / want) * 100.0
     )
 }
 
@@ -103,20 +113,14 @@ fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
     };
     let want = BARE_RATIO * bare.volumes_per_second.median;
     out.push(goal(
-        format!(
-            "Throughput against the bare client, C = {}, L = {} ms, N = {}",
-            t.concurrency, t.latency_ms, t.volumes
-        ),
+        format!("Throughput against the bare client, {}", point(t)),
         format!("≥ 0.9 × bare client = {want:.1} volumes/s"),
         format!(
             "{:.1} volumes/s ({ratio:.2} × the bare client's {:.1})",
             t.volumes_per_second.median, bare.volumes_per_second.median
         ),
         ratio >= BARE_RATIO,
-        format!(
-            "{:.0} % below the goal",
-            (1.0 - t.volumes_per_second.median / want) * 100.0
-        ),
+        shortfall(t, want),
     ));
     if t.concurrency != 8 && bare.ratio_to_ideal.median >= THROUGHPUT_RATIO {
         let mut g = ideal_goal(t);
