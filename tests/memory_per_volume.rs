@@ -1,6 +1,6 @@
 //! Heap bytes that a running volmig keeps per tracked volume, part by part: the PV index
-//! entry, the VolumeMigration in the controller's cache (shaped by `strip_for_cache`, as
-//! `volmig run` shapes it) and the CSI driver's cache index entry. The objects are built as
+//! entry, the VolumeMigration in the controller's cache (the compact record `volmig run`
+//! keeps) and the CSI driver's cache index entry. The objects are built as
 //! a real API server returns them (`managedFields`, labels, a full status).
 //!
 //! A regression guard for issue 14 (memory per tracked volume): the bounds are generous
@@ -13,13 +13,10 @@ use std::sync::Arc;
 
 use cap::Cap;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::runtime::reflector;
-use kube::runtime::watcher::Event;
 use serde_json::json;
 use volmig::api::VolumeMigration;
-use volmig::controller::PvIndex;
+use volmig::controller::{MigrationCache, PvIndex};
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigrationSpec, DriverIndex};
-use volmig::k8s::migrations::strip_for_cache;
 
 #[global_allocator]
 static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
@@ -108,13 +105,11 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
         index
     });
     let (vm_bytes, cache) = per_volume(|| {
-        let (reader, mut writer) = reflector::store::<VolumeMigration>();
+        let cache = MigrationCache::default();
         for i in 0..VOLUMES {
-            let mut vm = migration(i);
-            strip_for_cache(&mut vm);
-            writer.apply_watcher_event(&Event::Apply(vm));
+            cache.apply(&migration(i));
         }
-        (reader, writer)
+        cache
     });
     let (driver_bytes, driver) = per_volume(|| {
         let driver = Arc::new(DriverIndex::default());
@@ -129,7 +124,7 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
         driver
     });
     assert_eq!(index.len(), VOLUMES);
-    assert_eq!(cache.0.len(), VOLUMES);
+    assert_eq!(cache.len(), VOLUMES);
     assert_eq!(driver.len(), VOLUMES);
     let total = pv_bytes + vm_bytes + driver_bytes;
     eprintln!(

@@ -20,6 +20,7 @@ use crate::registrar::{LeaderGate, Registrar};
 pub mod decide;
 mod error;
 pub mod full_sync;
+pub mod migration_cache;
 pub mod outcome;
 pub mod publish;
 pub mod pv_index;
@@ -27,10 +28,41 @@ pub mod pv_watcher;
 pub mod reconcile;
 #[cfg(test)]
 mod scenario_tests;
+pub mod work_queue;
 
 pub use decide::{Observed, Plan, Step, decide};
 pub use error::{Error, Result};
+pub use migration_cache::MigrationCache;
 pub use pv_index::PvIndex;
+pub use work_queue::WorkQueue;
+
+/// What a reconcile asks for next: to run again after a delay, or only when something
+/// changes (a watch event, a PV, leadership).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Run again after `delay` unless something asks sooner.
+    pub const fn requeue(delay: Duration) -> Self {
+        Self {
+            requeue_after: Some(delay),
+        }
+    }
+
+    /// Run again only when something changes.
+    pub const fn await_change() -> Self {
+        Self {
+            requeue_after: None,
+        }
+    }
+
+    /// The delay before the next run, if one is asked for.
+    pub const fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
 
 /// What to do when no PV references a registered vmdk any longer (docs/design.md §5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,20 +6,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Context;
 use super::pv_index::IndexChange;
-use crate::api::VolumeMigration;
+use super::{Context, MigrationCache, WorkQueue};
 use crate::k8s::events::{EventType, reason as event_reason};
-use crate::k8s::migrations::{EnsureError, ensure_migration, tracks};
+use crate::k8s::migrations::{EnsureError, ensure_migration};
 use crate::volume_path::VolumePath;
 
 /// The PV watcher of one replica.
@@ -27,9 +24,9 @@ pub struct PvWatcher {
     /// Shared reconciler context (index, leader gate, events, client).
     pub ctx: Arc<Context>,
     /// The controller's VolumeMigration cache (to skip creates of existing objects).
-    pub migrations: Store<VolumeMigration>,
+    pub migrations: Arc<MigrationCache>,
     /// Where to send reconcile triggers.
-    pub trigger: UnboundedSender<ObjectRef<VolumeMigration>>,
+    pub trigger: WorkQueue,
 }
 
 impl PvWatcher {
@@ -97,8 +94,7 @@ impl PvWatcher {
             return;
         }
         for path in &change.touched {
-            let cached = self.migrations.get(&ObjectRef::new(&path.object_name()));
-            if cached.as_deref().is_some_and(|vm| tracks(vm, path))
+            if self.migrations.tracks(&path.object_name(), path)
                 || self.ctx.index.pvs_for(path).is_empty()
             {
                 continue;
@@ -116,10 +112,7 @@ impl PvWatcher {
     }
 
     fn trigger_reconcile(&self, path: &VolumePath) {
-        // The receiver lives as long as the controller; a closed channel means shutdown.
-        let _ = self
-            .trigger
-            .unbounded_send(ObjectRef::new(&path.object_name()));
+        self.trigger.schedule_now(&path.object_name());
     }
 }
 

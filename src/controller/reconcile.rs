@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::Action;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{debug, info, warn};
 

@@ -7,9 +7,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
@@ -21,8 +18,9 @@ use crate::backend::metered::MeteredBackend;
 use crate::backend::on_demand::OnDemandBackend;
 use crate::cli::RunArgs;
 use crate::controller::full_sync::FullSync;
+use crate::controller::migration_cache::watch as migration_watch;
 use crate::controller::pv_watcher::PvWatcher;
-use crate::controller::{Context, PvIndex, reconcile};
+use crate::controller::{Context, MigrationCache, PvIndex, WorkQueue, reconcile, work_queue};
 use crate::http::{self, Health};
 use crate::k8s::events::Events;
 use crate::k8s::status::{KubeStatusStore, StatusExtras, StatusExtrasSource, StatusWriter};
@@ -175,14 +173,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
     let migrations: Api<VolumeMigration> = Api::all(client.clone());
-    let (cache, cache_writer) = reflector::store();
-    let watch = watcher::watcher(migrations.clone(), watcher::Config::default())
-        .default_backoff()
-        .modify(crate::k8s::migrations::strip_for_cache)
-        .reflect(cache_writer)
-        .applied_objects();
-    let controller = Controller::for_stream(watch, cache.clone())
-        .with_config(controller_config(args.max_concurrent_registrations));
+    let cache = Arc::new(MigrationCache::default());
+    let (queue, requests) = WorkQueue::new();
     let index = Arc::new(PvIndex::default());
     let store = KubeStatusStore::new(client.clone()).with_extras(status_extras(&index, &cache));
     let registrar = Arc::new(Registrar::new(
@@ -212,27 +204,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         driver: driver.clone(),
     });
 
-    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     let controller_task = tokio::spawn(
-        controller
-            .reconcile_on(trigger_rx)
-            .reconcile_all_on(leadership::gained(leader.watch.clone()))
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-            .for_each(|result| async move {
-                // Reconcile errors are reported by `error_policy`; a failing watch (e.g. a
-                // 403 on VolumeMigrations) would otherwise only show as "not ready".
-                if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
-                    warn!(error = %crate::error_chain(&e), "VolumeMigration watch failed; retrying with backoff");
-                }
-            })
-            .instrument(info_span!("controller")),
+        work_queue::run(
+            requests,
+            reconcile_concurrency(args.max_concurrent_registrations),
+            shutdown.clone(),
+            reconcile_from(cache.clone(), ctx.clone()),
+        )
+        .instrument(info_span!("controller")),
     );
+    let watch_task = tokio::spawn(
+        migration_watch::run(
+            ctx.migrations.clone(),
+            cache.clone(),
+            queue.clone(),
+            shutdown.clone(),
+        )
+        .instrument(info_span!("migration_watch")),
+    );
+    let gained_task = tokio::spawn(reconcile_all_when_leading(
+        cache.clone(),
+        queue.clone(),
+        leader.watch.clone(),
+        shutdown.clone(),
+    ));
     let pv_task = tokio::spawn(
         PvWatcher {
             ctx: ctx.clone(),
             migrations: cache.clone(),
-            trigger: trigger_tx,
+            trigger: queue,
         }
         .run(pvs.clone(), shutdown.clone())
         .instrument(info_span!("pv_watcher")),
@@ -271,7 +271,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Calls already in flight finish and record their status; no new one starts.
     leader.gate.close();
     shutdown.cancel();
-    drain([controller_task, sync_task, pv_task]).await;
+    drain([controller_task, sync_task, pv_task, watch_task, gained_task]).await;
     if let Err(e) = leader.leadership.release().await {
         warn!(error = %e, "could not release the lease; a follower takes over when it expires");
     }
@@ -283,26 +283,62 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Reconciles in flight at most: all objects at once at start-up held every object's
 /// task in memory. A reconcile may wait for a backend slot or a create in flight (up to
 /// the in-flight grace), so the bound leaves room beyond the backend's own limit.
-fn controller_config(max_concurrent_registrations: u16) -> controller::Config {
-    let bound = u32::from(max_concurrent_registrations) * 2 + 64;
-    controller::Config::default().concurrency(u16::try_from(bound).unwrap_or(u16::MAX))
+fn reconcile_concurrency(max_concurrent_registrations: u16) -> usize {
+    usize::from(max_concurrent_registrations) * 2 + 64
+}
+
+/// The queue's work: reconcile the cached object `name` (gone from the cache: nothing to
+/// do) and say when to run it again.
+fn reconcile_from(
+    cache: Arc<MigrationCache>,
+    ctx: Arc<Context>,
+) -> impl Fn(Arc<str>) -> futures::future::BoxFuture<'static, Option<Duration>> {
+    move |name| {
+        let (cache, ctx) = (cache.clone(), ctx.clone());
+        Box::pin(async move {
+            let vm = Arc::new(cache.get(&name)?);
+            let action = match reconcile::reconcile(vm.clone(), ctx.clone()).await {
+                Ok(action) => action,
+                Err(e) => reconcile::error_policy(vm, &e, ctx),
+            };
+            action.requeue_after()
+        })
+    }
+}
+
+/// Reconciles every cached object each time this replica becomes the leader (followers
+/// leave them alone).
+async fn reconcile_all_when_leading(
+    cache: Arc<MigrationCache>,
+    queue: WorkQueue,
+    leader: tokio::sync::watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
+    let mut gained = std::pin::pin!(leadership::gained(leader));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = gained.next() => match next {
+                Some(()) => cache.names().iter().for_each(|name| queue.schedule_now(name)),
+                None => return,
+            },
+        }
+    }
 }
 
 /// What a registration's status writes record besides the transition: the PVs of the path
 /// from the PV index and the generation of the cached object, read at write time.
-fn status_extras(index: &Arc<PvIndex>, cache: &Store<VolumeMigration>) -> StatusExtrasSource {
+fn status_extras(index: &Arc<PvIndex>, cache: &Arc<MigrationCache>) -> StatusExtrasSource {
     let (index, cache) = (index.clone(), cache.clone());
     Arc::new(move |path| StatusExtras {
         pvs: index.pvs_for(path),
-        observed_generation: cache
-            .get(&ObjectRef::new(&path.object_name()))
-            .and_then(|vm| vm.metadata.generation),
+        observed_generation: cache.generation(&path.object_name()),
     })
 }
 
 /// Waits up to [`SHUTDOWN_GRACE`] for the tasks, then abandons them: nothing of this
 /// process runs when the Lease is released.
-async fn drain(tasks: [JoinHandle<()>; 3]) {
+async fn drain<const N: usize>(tasks: [JoinHandle<()>; N]) {
     let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(tasks)).await;
     if drained.is_err() {
@@ -342,13 +378,8 @@ mod tests {
 
     #[test]
     fn reconcile_concurrency_leaves_room_beyond_the_backend_slots() {
-        for slots in [1u16, 8, 1024] {
-            let config = controller_config(slots);
-            let debug = format!("{config:?}");
-            assert!(
-                debug.contains(&format!("concurrency: {}", u32::from(slots) * 2 + 64)),
-                "{debug}"
-            );
+        for (slots, bound) in [(1u16, 66), (8, 80), (1024, 2112), (u16::MAX, 131_134)] {
+            assert_eq!(reconcile_concurrency(slots), bound);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Steady-state full sync in-process at large N: volmig's own `FullSync::run_pass` (the
 //! code `volmig run` runs), driven from this process against the API test server (PVs
-//! listed page by page, VolumeMigrations from a reflector cache, exactly as the daemon
+//! listed page by page, VolumeMigrations from the compact watch cache, exactly as the daemon
 //! wires them) and an in-memory backend holding one CNS volume per PV.
 //!
 //! CPU time is split by thread: the API test server runs on its own threads
@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use async_trait::async_trait;
-use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::{reflector, watcher};
 use kube_testserver::Verb;
 use tokio_util::sync::CancellationToken;
 use volmig::VolumePath;
@@ -24,7 +22,8 @@ use volmig::backend::{
     op,
 };
 use volmig::controller::full_sync::FullSync;
-use volmig::controller::{Context, PvDeletePolicy, PvIndex};
+use volmig::controller::migration_cache::watch as migration_watch;
+use volmig::controller::{Context, MigrationCache, PvDeletePolicy, PvIndex, WorkQueue};
 use volmig::k8s::events::Events;
 use volmig::k8s::status::{KubeStatusStore, StatusWriter};
 use volmig::metrics::Metrics;
@@ -158,22 +157,23 @@ pub async fn run(
         driver: None,
     });
     // The VolumeMigration cache, as the daemon's controller keeps it.
-    let (cache, writer) = reflector::store::<VolumeMigration>();
+    let cache = Arc::new(MigrationCache::default());
     let shutdown = CancellationToken::new();
-    let watch = reflector(writer, watcher(migrations, watcher::Config::default()));
-    let watch_task = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = watch.for_each(|_| async {}) => {}
-            }
+    // No reconciles here: the queue's requests are dropped.
+    let (queue, _) = WorkQueue::new();
+    let watch_task = tokio::spawn(migration_watch::run(
+        migrations,
+        cache.clone(),
+        queue,
+        shutdown.clone(),
+    ));
+    tokio::time::timeout(Duration::from_secs(600), async {
+        while !cache.is_synced() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    });
-    tokio::time::timeout(Duration::from_secs(600), cache.wait_until_ready())
-        .await
-        .context("the VolumeMigration cache did not fill")?
-        .context("the VolumeMigration cache writer went away")?;
+    })
+    .await
+    .context("the VolumeMigration cache did not fill")?;
     ensure!(
         cache.len() == n,
         "cache holds {} VolumeMigrations, expected {n}",
@@ -245,7 +245,7 @@ pub async fn run(
         what: format!(
             "volmig::controller::full_sync::FullSync::run_pass called in the benchmark process (wired as \
              `volmig run` wires it: PVs listed from the API test server in pages of {}, \
-             VolumeMigrations read from a kube-runtime reflector cache, CNS volumes listed \
+             VolumeMigrations read from volmig's compact watch cache, CNS volumes listed \
              from an in-memory backend in pages of {}); {n} PVs, {n} Registered \
              VolumeMigrations, {n} CNS volumes. CPU = every thread of this process except \
              the API test server's; one warm-up pass is not counted",

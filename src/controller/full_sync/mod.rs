@@ -11,12 +11,11 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
-use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::Context;
+use super::{Context, MigrationCache};
 use crate::api::{Phase, VolumeMigration};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
@@ -66,7 +65,7 @@ pub struct PassSummary {
 pub struct FullSync {
     ctx: Arc<Context>,
     pvs: Api<PersistentVolume>,
-    migrations: Store<VolumeMigration>,
+    migrations: Arc<MigrationCache>,
     gc_orphans: bool,
     concurrency: usize,
     absent: Mutex<HashSet<VolumePath>>,
@@ -81,7 +80,7 @@ impl FullSync {
     pub fn new(
         ctx: Arc<Context>,
         pvs: Api<PersistentVolume>,
-        migrations: Store<VolumeMigration>,
+        migrations: Arc<MigrationCache>,
         gc_orphans: bool,
         concurrency: usize,
         shutdown: CancellationToken,
@@ -165,12 +164,7 @@ impl FullSync {
             .await
             .map_err(Error::ListVolumes)?;
         date_possible_duplicates(backend.as_ref(), &mut volumes).await;
-        let migrations: Vec<MigrationRecord> = self
-            .migrations
-            .state()
-            .iter()
-            .map(|vm| record(vm))
-            .collect();
+        let migrations: Vec<MigrationRecord> = self.migrations.records();
         self.publish_phases(&migrations);
 
         let absent_before = self

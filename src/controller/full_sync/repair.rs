@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::runtime::reflector::ObjectRef;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::plan::WrongId;
@@ -56,7 +55,7 @@ pub enum RepairError {
 
 impl FullSync {
     fn cached(&self, name: &str) -> Option<Arc<VolumeMigration>> {
-        self.migrations.get(&ObjectRef::new(name))
+        self.migrations.get(name).map(Arc::new)
     }
 
     /// Makes one repair; returns false when it failed (logged; retried next pass), `None`

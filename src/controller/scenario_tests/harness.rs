@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::Action;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::client::Body;
-use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -292,10 +292,10 @@ pub(super) async fn registered_full_sync(f: &Fixture) -> Arc<FullSync> {
             "protectedFromVMDelete": true,
         })),
     );
-    let (cache, mut writer) = kube::runtime::reflector::store::<VolumeMigration>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(vm));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let cache = Arc::new(crate::controller::MigrationCache::default());
+    cache.begin_list();
+    cache.apply(&vm);
+    cache.end_list();
     Arc::new(FullSync::new(
         Arc::clone(&f.ctx),
         kube::Api::<PersistentVolume>::all(f.client.clone()),

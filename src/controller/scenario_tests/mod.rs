@@ -14,12 +14,12 @@ mod terms;
 
 use crate::api::FINALIZER;
 use crate::backend::{VolumeBackend, op};
+use crate::controller::Action;
 use crate::controller::Error;
 use crate::controller::full_sync::PassSummary;
 use crate::controller::reconcile::error_policy;
 use crate::volume_path::VolumePath;
 use http::{Method, StatusCode};
-use kube::runtime::controller::Action;
 use serde_json::json;
 use std::sync::Arc;
 

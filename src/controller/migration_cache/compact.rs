@@ -1,0 +1,295 @@
+//! One cached VolumeMigration in the fewest bytes that still give back exactly the object
+//! `strip_for_cache` leaves: identifiers that are UUIDs or decimal numbers are kept as
+//! 16-byte values instead of strings, the usual finalizer is a flag, and the fields a
+//! Registered object never has sit behind one optional box.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
+
+use crate::api::{
+    FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
+};
+use crate::controller::full_sync::MigrationRecord;
+use crate::volume_path::VolumePath;
+
+/// A string as the API server sent it, kept as 16 bytes when it is a lowercase UUID or a
+/// decimal number without leading zeros (both spell back exactly), as text otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Token {
+    Uuid([u8; 16]),
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl Token {
+    pub(super) fn new(text: &str) -> Self {
+        if let Some(bytes) = parse_uuid(text) {
+            return Self::Uuid(bytes);
+        }
+        match text.parse::<u64>() {
+            Ok(n) if n.to_string() == text => Self::Number(n),
+            _ => Self::Text(text.into()),
+        }
+    }
+
+    pub(super) fn spell(&self) -> String {
+        match self {
+            Self::Uuid(bytes) => spell_uuid(bytes),
+            Self::Number(n) => n.to_string(),
+            Self::Text(text) => text.to_string(),
+        }
+    }
+}
+
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let raw = text.as_bytes();
+    if raw.len() != 36 || UUID_DASHES.iter().any(|&i| raw[i] != b'-') {
+        return None;
+    }
+    let mut digits = raw
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !UUID_DASHES.contains(i));
+    let mut out = [0u8; 16];
+    for byte in &mut out {
+        let (_, &hi) = digits.next()?;
+        let (_, &lo) = digits.next()?;
+        *byte = (lower_hex(hi)? << 4) | lower_hex(lo)?;
+    }
+    Some(out)
+}
+
+fn lower_hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+fn spell_uuid(bytes: &[u8; 16]) -> String {
+    let hex = hex::encode(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+fn token(text: Option<&String>) -> Option<Token> {
+    text.map(|t| Token::new(t))
+}
+
+fn spell(token: Option<&Token>) -> Option<String> {
+    token.map(Token::spell)
+}
+
+/// What few objects have: kept out of line so that a Registered object does not pay for it.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Rare {
+    namespace: Option<String>,
+    /// Finalizers, when not exactly volmig's one.
+    finalizers: Option<Vec<String>>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    storage_policy_name: Option<String>,
+    last_error: Option<LastError>,
+    next_retry_time: Option<Time>,
+    duplicate_volume_ids: Option<Vec<String>>,
+    registering_token: Option<String>,
+    /// The status is present but empty of everything kept inline.
+    empty_status: bool,
+}
+
+/// The compact form of one stripped VolumeMigration (its name is the cache's key).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct CompactMigration {
+    uid: Option<Token>,
+    resource_version: Option<Token>,
+    pub(super) generation: Option<i64>,
+    pub(super) spec_path: Box<str>,
+    /// Finalizers are exactly `[FINALIZER]`.
+    ours_only: bool,
+    phase: Option<Phase>,
+    volume_id: Option<Token>,
+    disk_uuid: Option<Token>,
+    pvs: Option<Box<[Box<str>]>>,
+    pv_count: Option<u64>,
+    attempts: Option<u32>,
+    registered_time: Option<Time>,
+    protected: Option<bool>,
+    observed_generation: Option<i64>,
+    rare: Option<Box<Rare>>,
+}
+
+impl CompactMigration {
+    /// Keeps what `strip_for_cache` keeps of `vm` (conditions, labels, annotations,
+    /// managedFields and the like are dropped).
+    pub(super) fn new(vm: &VolumeMigration) -> Self {
+        let meta = &vm.metadata;
+        let status = vm.status.as_ref();
+        let ours_only = meta
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.len() == 1 && f[0] == FINALIZER);
+        let inline_status_empty = status.is_some_and(|s| {
+            s.phase.is_none()
+                && s.volume_id.is_none()
+                && s.disk_uuid.is_none()
+                && s.persistent_volumes.is_none()
+                && s.persistent_volume_count.is_none()
+                && s.attempts.is_none()
+                && s.registered_time.is_none()
+                && s.protected_from_vm_delete.is_none()
+                && s.observed_generation.is_none()
+        });
+        let rare = Rare {
+            namespace: meta.namespace.clone(),
+            finalizers: if ours_only {
+                None
+            } else {
+                meta.finalizers.clone()
+            },
+            deletion_timestamp: meta.deletion_timestamp.clone(),
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            storage_policy_name: vm.spec.storage_policy_name.clone(),
+            last_error: status.and_then(|s| s.last_error.clone()),
+            next_retry_time: status.and_then(|s| s.next_retry_time.clone()),
+            duplicate_volume_ids: status.and_then(|s| s.duplicate_volume_ids.clone()),
+            registering_token: status.and_then(|s| s.registering_token.clone()),
+            empty_status: inline_status_empty,
+        };
+        Self {
+            uid: token(meta.uid.as_ref()),
+            resource_version: token(meta.resource_version.as_ref()),
+            generation: meta.generation,
+            spec_path: vm.spec.volume_path.as_str().into(),
+            ours_only,
+            phase: status.and_then(|s| s.phase),
+            volume_id: token(status.and_then(|s| s.volume_id.as_ref())),
+            disk_uuid: token(status.and_then(|s| s.disk_uuid.as_ref())),
+            pvs: status.and_then(|s| {
+                s.persistent_volumes
+                    .as_ref()
+                    .map(|pvs| pvs.iter().map(|pv| pv.as_str().into()).collect())
+            }),
+            pv_count: status.and_then(|s| s.persistent_volume_count),
+            attempts: status.and_then(|s| s.attempts),
+            registered_time: status.and_then(|s| s.registered_time.clone()),
+            protected: status.and_then(|s| s.protected_from_vm_delete),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            rare: (rare != Rare::default()).then(|| Box::new(rare)),
+        }
+    }
+
+    fn rare(&self) -> &Rare {
+        static NONE: std::sync::OnceLock<Rare> = std::sync::OnceLock::new();
+        self.rare
+            .as_deref()
+            .unwrap_or_else(|| NONE.get_or_init(Rare::default))
+    }
+
+    fn has_status(&self) -> bool {
+        self.phase.is_some()
+            || self.volume_id.is_some()
+            || self.disk_uuid.is_some()
+            || self.pvs.is_some()
+            || self.pv_count.is_some()
+            || self.attempts.is_some()
+            || self.registered_time.is_some()
+            || self.protected.is_some()
+            || self.observed_generation.is_some()
+            || self.rare.as_deref().is_some_and(|r| {
+                r.empty_status
+                    || r.last_error.is_some()
+                    || r.next_retry_time.is_some()
+                    || r.duplicate_volume_ids.is_some()
+                    || r.registering_token.is_some()
+            })
+    }
+
+    /// What full sync needs of the object `name` (the same as
+    /// [`record`](crate::controller::full_sync::record) of the rebuilt object).
+    pub(super) fn record(&self, name: &str) -> MigrationRecord {
+        let mut duplicates = self.rare().duplicate_volume_ids.clone().unwrap_or_default();
+        duplicates.sort();
+        MigrationRecord {
+            name: name.to_owned(),
+            version: spell(self.resource_version.as_ref()),
+            path: VolumePath::parse(&self.spec_path)
+                .ok()
+                .filter(|p| p.object_name() == name),
+            phase: self.phase,
+            volume_id: spell(self.volume_id.as_ref()),
+            pvs: self
+                .pvs
+                .as_ref()
+                .map(|pvs| pvs.iter().map(|pv| pv.to_string()).collect())
+                .unwrap_or_default(),
+            duplicates,
+            protected: self.protected == Some(true),
+            deleting: self.rare().deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The object `strip_for_cache` would have left, rebuilt.
+    pub(super) fn to_object(&self, name: &str) -> VolumeMigration {
+        let rare = self.rare();
+        let status = self.has_status().then(|| VolumeMigrationStatus {
+            phase: self.phase,
+            volume_id: spell(self.volume_id.as_ref()),
+            disk_uuid: spell(self.disk_uuid.as_ref()),
+            persistent_volumes: self
+                .pvs
+                .as_ref()
+                .map(|pvs| pvs.iter().map(|pv| pv.to_string()).collect()),
+            persistent_volume_count: self.pv_count,
+            attempts: self.attempts,
+            last_error: rare.last_error.clone(),
+            next_retry_time: rare.next_retry_time.clone(),
+            registered_time: self.registered_time.clone(),
+            duplicate_volume_ids: rare.duplicate_volume_ids.clone(),
+            registering_token: rare.registering_token.clone(),
+            protected_from_vm_delete: self.protected,
+            observed_generation: self.observed_generation,
+            conditions: None,
+        });
+        VolumeMigration {
+            metadata: ObjectMeta {
+                annotations: None,
+                creation_timestamp: None,
+                deletion_grace_period_seconds: rare.deletion_grace_period_seconds,
+                deletion_timestamp: rare.deletion_timestamp.clone(),
+                finalizers: if self.ours_only {
+                    Some(vec![FINALIZER.to_owned()])
+                } else {
+                    rare.finalizers.clone()
+                },
+                generate_name: None,
+                generation: self.generation,
+                labels: None,
+                managed_fields: None,
+                name: Some(name.to_owned()),
+                namespace: rare.namespace.clone(),
+                owner_references: None,
+                resource_version: spell(self.resource_version.as_ref()),
+                self_link: None,
+                uid: spell(self.uid.as_ref()),
+            },
+            spec: VolumeMigrationSpec {
+                volume_path: self.spec_path.to_string(),
+                storage_policy_name: rare.storage_policy_name.clone(),
+            },
+            status,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "compact_tests.rs"]
+mod tests;

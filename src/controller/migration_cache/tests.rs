@@ -1,0 +1,98 @@
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::watch::apply_event;
+use super::*;
+
+fn vm(name: &str, path: &str, version: &str) -> VolumeMigration {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "resourceVersion": version, "generation": 3,
+            "finalizers": [crate::api::FINALIZER]},
+        "spec": {"volumePath": path},
+        "status": {"phase": "Registered", "volumeID": "v-1", "persistentVolumes": ["pv-1"]},
+    }))
+    .unwrap()
+}
+
+fn named(path: &str) -> String {
+    VolumePath::parse(path).unwrap().object_name()
+}
+
+#[test]
+fn a_list_replaces_what_it_does_not_hold_and_marks_the_cache_synced() {
+    let cache = MigrationCache::default();
+    assert!(!cache.is_synced());
+    assert_eq!(apply_event(&cache, &Event::Init), None);
+    for name in ["a", "b"] {
+        let got = apply_event(&cache, &Event::InitApply(vm(name, "[ds] x.vmdk", "1")));
+        assert_eq!(got.as_deref(), Some(name));
+    }
+    assert!(!cache.is_synced());
+    apply_event(&cache, &Event::InitDone);
+    assert!(cache.is_synced());
+    assert_eq!(cache.len(), 2);
+
+    // A re-list (after a watch error) that no longer holds "a": it is gone at its end.
+    apply_event(&cache, &Event::Init);
+    apply_event(&cache, &Event::InitApply(vm("b", "[ds] x.vmdk", "2")));
+    apply_event(&cache, &Event::InitApply(vm("c", "[ds] x.vmdk", "1")));
+    assert!(cache.get("a").is_some(), "kept until the list ends");
+    apply_event(&cache, &Event::InitDone);
+    let mut names = cache.names();
+    names.sort();
+    assert_eq!(names, ["b", "c"]);
+    assert_eq!(
+        cache
+            .get("b")
+            .and_then(|vm| vm.metadata.resource_version)
+            .as_deref(),
+        Some("2")
+    );
+}
+
+#[test]
+fn updates_replace_and_deletions_remove_without_asking_for_a_reconcile() {
+    let cache = MigrationCache::default();
+    apply_event(&cache, &Event::Apply(vm("a", "[ds] x.vmdk", "1")));
+    let got = apply_event(&cache, &Event::Apply(vm("a", "[ds] y.vmdk", "2")));
+    assert_eq!(got.as_deref(), Some("a"));
+    assert_eq!(cache.len(), 1);
+    assert_eq!(cache.get("a").unwrap().spec.volume_path, "[ds] y.vmdk");
+    assert_eq!(
+        apply_event(&cache, &Event::Delete(vm("a", "[ds] y.vmdk", "3"))),
+        None
+    );
+    assert!(cache.is_empty());
+    assert!(cache.get("a").is_none());
+}
+
+#[test]
+fn lookups_answer_from_the_compact_record() {
+    let cache = MigrationCache::default();
+    let path = VolumePath::parse("[ds] kubevols/a.vmdk").unwrap();
+    let name = named("[ds] kubevols/a.vmdk");
+    cache.apply(&vm(&name, "[ds]  kubevols//a.vmdk", "5"));
+    assert!(cache.tracks(&name, &path));
+    assert!(!cache.tracks(&name, &VolumePath::parse("[ds] b.vmdk").unwrap()));
+    assert!(!cache.tracks("other", &path));
+    assert_eq!(cache.generation(&name), Some(3));
+    assert_eq!(cache.generation("other"), None);
+    let records = cache.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0],
+        crate::controller::full_sync::record(&cache.get(&name).unwrap())
+    );
+    assert_eq!(records[0].path.as_ref(), Some(&path));
+    assert_eq!(records[0].version.as_deref(), Some("5"));
+}
+
+#[test]
+fn an_object_without_a_name_is_ignored() {
+    let cache = MigrationCache::default();
+    let mut nameless = vm("a", "[ds] x.vmdk", "1");
+    nameless.metadata.name = None;
+    assert_eq!(apply_event(&cache, &Event::Apply(nameless.clone())), None);
+    apply_event(&cache, &Event::Delete(nameless));
+    assert!(cache.is_empty());
+}
