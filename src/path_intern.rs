@@ -66,6 +66,11 @@ pub fn sweep() -> usize {
     removed.len()
 }
 
+/// True when `path` is interned (held, or not yet swept), without taking a handle.
+pub fn contains(path: &VolumePath) -> bool {
+    lock().contains(path)
+}
+
 /// Number of interned paths, held or not yet swept.
 pub fn len() -> usize {
     lock().len()

@@ -7,11 +7,6 @@ fn path(raw: &str) -> VolumePath {
     VolumePath::parse(raw).unwrap()
 }
 
-/// True when `path` has an entry (without taking a handle, which would change the count).
-fn contains(path: &VolumePath) -> bool {
-    lock().contains(path)
-}
-
 /// True when `handle` is the entry the interner holds for its path right now.
 fn is_live(handle: &Arc<VolumePath>) -> bool {
     lock()
