@@ -2,8 +2,8 @@
 //! the vmdk → volume-ID mapping in the status of a `VolumeMigration` custom resource.
 //!
 //! The crate is layered by role (docs/design.md is the contract):
-//! - domain: [`volume_path`] (the in-tree path and the names derived from it), [`api`]
-//!   (the custom resource);
+//! - domain: [`volume_path`] (the in-tree path and the names derived from it),
+//!   [`path_intern`] (one shared copy of each path), [`api`] (the custom resource);
 //! - [`registrar`]: the one place that registers, behind two seams — [`backend`] (vCenter)
 //!   and [`registrar::StatusStore`] (where the mapping is recorded);
 //! - [`controller`]: PV watcher and index, reconciler, full sync;
@@ -25,6 +25,7 @@ pub mod k8s;
 pub mod leader;
 pub mod lookup;
 pub mod metrics;
+pub mod path_intern;
 pub mod registrar;
 pub mod report;
 pub mod vcenter_config;

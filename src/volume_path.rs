@@ -236,16 +236,6 @@ fn sanitize_stem(stem: &str) -> String {
     out
 }
 
-/// The copy of `path` a map keyed by shared paths already holds, or a new shared one: the
-/// indexes hold each path once however many entries reference it.
-pub fn shared<V, S: std::hash::BuildHasher>(
-    map: &std::collections::HashMap<std::sync::Arc<VolumePath>, V, S>,
-    path: VolumePath,
-) -> std::sync::Arc<VolumePath> {
-    map.get_key_value(&path)
-        .map_or_else(|| std::sync::Arc::new(path), |(shared, _)| shared.clone())
-}
-
 impl fmt::Display for VolumePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.canonical)

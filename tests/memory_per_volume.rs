@@ -3,6 +3,11 @@
 //! keeps) and the CSI driver's cache index entry. The objects are built as
 //! a real API server returns them (`managedFields`, labels, a full status).
 //!
+//! Both indexes take their paths from `volmig::path_intern`, as in a running volmig where
+//! they index the same volumes: they are filled here for the same paths, the PV index
+//! first, so it pays for each path once (text, `Arc` and the interner's table slot), and
+//! the driver index is measured while the PV index still holds them, so it counts no path.
+//!
 //! A regression guard for issue 14 (memory per tracked volume): the bounds are generous
 //! (about 1.3 × what was measured when they were set); the resident-memory figures at
 //! 100,000 volumes come from `make bench` (bench/report.md), not from here.
@@ -17,6 +22,7 @@ use serde_json::json;
 use volmig::api::VolumeMigration;
 use volmig::controller::{MigrationCache, PvIndex};
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigrationSpec, DriverIndex};
+use volmig::path_intern;
 
 #[global_allocator]
 static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
@@ -97,6 +103,7 @@ fn per_volume<T>(fill: impl FnOnce() -> T) -> (f64, T) {
 
 #[test]
 fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
+    let interned_before = path_intern::len();
     let (pv_bytes, index) = per_volume(|| {
         let index = PvIndex::default();
         for i in 0..VOLUMES {
@@ -126,6 +133,11 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
     assert_eq!(index.len(), VOLUMES);
     assert_eq!(cache.len(), VOLUMES);
     assert_eq!(driver.len(), VOLUMES);
+    assert_eq!(
+        path_intern::len() - interned_before,
+        VOLUMES,
+        "the two indexes hold one shared copy of each path"
+    );
     let total = pv_bytes + vm_bytes + driver_bytes;
     eprintln!(
         "heap bytes per volume: PV index {pv_bytes:.0}, VolumeMigration cache {vm_bytes:.0}, \
@@ -144,9 +156,11 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
 }
 
 /// Bounds, bytes per volume (see the module doc).
-/// Measured 397 (name and path shared by both maps).
-const PV_INDEX_BOUND: f64 = 512.0;
+/// Measured 363: name and path shared by both maps, the path (89 bytes of text, 40 of
+/// `Arc`) and its interner slot (~15) counted here, a path's PV list sized for one name.
+const PV_INDEX_BOUND: f64 = 470.0;
 /// Measured 1,393; keeping the label alone would add ~550, `managedFields` kilobytes.
 const MIGRATION_CACHE_BOUND: f64 = 1800.0;
-/// Measured 425 (canonical path shared by both maps).
-const DRIVER_INDEX_BOUND: f64 = 640.0;
+/// Measured 248: the canonical path is the PV index's (interned), so none is counted here;
+/// a driver object that kept its own copy would add ~130.
+const DRIVER_INDEX_BOUND: f64 = 320.0;

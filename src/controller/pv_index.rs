@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use crate::path_intern;
 use crate::volume_path::{PathError, VolumePath};
 
 /// Annotation set on in-tree PVs handled by the CSI migration.
@@ -62,7 +63,9 @@ pub struct IndexChange {
 
 /// What the index keeps of one PV. Names and paths are shared between both maps (`Arc`),
 /// so a PV costs one name, one path and two map slots: the index holds one per in-tree
-/// PV, 100k of them in a large cluster.
+/// PV, 100k of them in a large cluster. Paths come from [`path_intern`], so other indexes
+/// share them too; every handle the index lets go of goes back through
+/// [`path_intern::release`].
 struct PvEntry {
     volume: Indexed,
     /// The raw `volumePath`, when not already canonical.
@@ -96,19 +99,40 @@ struct State {
 }
 
 impl State {
-    fn link(&mut self, path: Arc<VolumePath>, name: &Arc<str>) {
-        let names = self.by_path.entry(path).or_default();
-        if let Err(at) = names.binary_search(name) {
-            names.insert(at, name.clone());
+    fn link(&mut self, path: &Arc<VolumePath>, name: &Arc<str>) {
+        match self.by_path.get_mut(&**path) {
+            Some(names) => {
+                if let Err(at) = names.binary_search(name) {
+                    names.insert(at, name.clone());
+                }
+            }
+            None => {
+                self.by_path.insert(Arc::clone(path), vec![name.clone()]);
+            }
         }
     }
 
     fn unlink(&mut self, path: &VolumePath, name: &str) {
         if let Some(names) = self.by_path.get_mut(path) {
             names.retain(|n| &**n != name);
-            if names.is_empty() {
-                self.by_path.remove(path);
+            if names.is_empty()
+                && let Some((key, _)) = self.by_path.remove_entry(path)
+            {
+                path_intern::release(key);
             }
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        for (_, entry) in self.by_pv.drain() {
+            if let Indexed::Valid(path) = entry.volume {
+                path_intern::release(path);
+            }
+        }
+        for (path, _) in self.by_path.drain() {
+            path_intern::release(path);
         }
     }
 }
@@ -200,8 +224,8 @@ impl PvIndex {
         let mut change = old;
         let indexed = match volume {
             PvVolume::Valid(path) => {
-                let path = crate::volume_path::shared(&s.by_path, path);
-                s.link(path.clone(), &name);
+                let path = path_intern::intern(path);
+                s.link(&path, &name);
                 change.touched.push(VolumePath::clone(&path));
                 Indexed::Valid(path)
             }
@@ -296,9 +320,9 @@ fn forget(s: &mut State, name: &str, old: Indexed) -> IndexChange {
     match old {
         Indexed::Valid(path) => {
             s.unlink(&path, name);
-            IndexChange {
-                touched: vec![VolumePath::clone(&path)],
-            }
+            let touched = vec![VolumePath::clone(&path)];
+            path_intern::release(path);
+            IndexChange { touched }
         }
         Indexed::Invalid(_) => IndexChange::default(),
     }
@@ -369,6 +393,38 @@ mod tests {
         assert!(index.pvs_for(&path).is_empty());
         assert!(index.paths().is_empty());
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn paths_are_interned_and_every_handle_is_given_back() {
+        let (x, y) = ("[pv-index-intern] x.vmdk", "[pv-index-intern] y.vmdk");
+        let path = |raw| VolumePath::parse(raw).unwrap();
+        let index = PvIndex::default();
+        index.upsert("pv-a", valid(x));
+        index.upsert("pv-b", valid(x));
+        let probe = path_intern::intern(path(x));
+        assert!(
+            Arc::ptr_eq(
+                index.lock().by_path.get_key_value(&path(x)).unwrap().0,
+                &probe
+            ),
+            "the index holds the interned path"
+        );
+        path_intern::release(probe);
+        index.upsert("pv-b", valid(y));
+        index.remove("pv-a");
+        assert!(
+            !path_intern::contains(&path(x)),
+            "moved and removed PVs release it"
+        );
+        index.upsert("pv-c", valid(y));
+        index.retain(&HashSet::from(["pv-c".to_owned()]));
+        assert!(path_intern::contains(&path(y)));
+        drop(index);
+        assert!(
+            !path_intern::contains(&path(y)),
+            "a dropped index releases it"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::FIELD_MANAGER;
 use crate::backend::VolumeId;
+use crate::path_intern;
 use crate::volume_path::VolumePath;
 
 /// The driver's object: one cached mapping. Field names are lower-case, as the driver's
@@ -141,7 +142,8 @@ pub struct DriverIndex {
 
 /// One object, compactly: names and canonical paths are shared between both maps, the raw
 /// path is kept only when it is not canonical, and the ID only when it is not the name (a
-/// primary object is named after its ID).
+/// primary object is named after its ID). Paths come from [`path_intern`], shared with the
+/// PV index; every handle the index lets go of goes back through [`path_intern::release`].
 struct DriverEntry {
     /// The canonical path; `None` when `volumepath` does not parse.
     path: Option<Arc<VolumePath>>,
@@ -183,6 +185,19 @@ struct IndexState {
     synced: bool,
 }
 
+impl Drop for IndexState {
+    fn drop(&mut self) {
+        for (_, entry) in std::mem::take(&mut self.by_name) {
+            if let Some(path) = entry.path {
+                path_intern::release(path);
+            }
+        }
+        for (path, _) in self.by_path.drain() {
+            path_intern::release(path);
+        }
+    }
+}
+
 impl DriverIndex {
     fn lock(&self) -> MutexGuard<'_, IndexState> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -190,16 +205,21 @@ impl DriverIndex {
 
     /// Records an object as it is now; `ours` when volmig created it.
     pub fn upsert(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool) {
+        // Interned before the old entry lets go of its path: an update that keeps the path
+        // does not take it out of the interner only to put it back.
+        let path = VolumePath::parse(&spec.volumepath)
+            .ok()
+            .map(path_intern::intern);
         let mut s = self.lock();
         let name = Self::unlink(&mut s, name).unwrap_or_else(|| Arc::from(name));
-        let path = VolumePath::parse(&spec.volumepath).ok().map(|path| {
-            let shared = crate::volume_path::shared(&s.by_path, path);
-            s.by_path
-                .entry(shared.clone())
-                .or_default()
-                .push(name.clone());
-            shared
-        });
+        if let Some(path) = &path {
+            match s.by_path.get_mut(&**path) {
+                Some(names) => names.push(name.clone()),
+                None => {
+                    s.by_path.insert(Arc::clone(path), vec![name.clone()]);
+                }
+            }
+        }
         let canonical = path.as_ref().is_some_and(|p| p.as_str() == spec.volumepath);
         let entry = DriverEntry {
             raw: (!canonical).then(|| spec.volumepath.as_str().into()),
@@ -227,13 +247,16 @@ impl DriverIndex {
     /// Takes object `name` out of both maps; returns its shared name.
     fn unlink(s: &mut IndexState, name: &str) -> Option<Arc<str>> {
         let (name, old) = s.by_name.remove_entry(name)?;
-        if let Some(path) = old.path
-            && let Some(names) = s.by_path.get_mut(&path)
-        {
-            names.retain(|n| *n != name);
-            if names.is_empty() {
-                s.by_path.remove(&path);
+        if let Some(path) = old.path {
+            if let Some(names) = s.by_path.get_mut(&*path) {
+                names.retain(|n| *n != name);
+                if names.is_empty()
+                    && let Some((key, _)) = s.by_path.remove_entry(&*path)
+                {
+                    path_intern::release(key);
+                }
             }
+            path_intern::release(path);
         }
         Some(name)
     }

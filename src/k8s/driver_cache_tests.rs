@@ -151,3 +151,36 @@ fn volmigs_own_objects_are_not_the_drivers_ids() {
     index.remove("theirs");
     assert!(index.ids_for(&path).is_empty());
 }
+
+#[test]
+fn paths_are_interned_and_every_handle_is_given_back() {
+    let (x, y) = ("[driver-intern] x.vmdk", "[driver-intern] y.vmdk");
+    let path = |raw| VolumePath::parse(raw).unwrap();
+    let index = DriverIndex::default();
+    index.upsert("primary", &spec(x, true), false);
+    index.upsert("alias", &spec("[driver-intern]  x.vmdk", true), false);
+    let probe = path_intern::intern(path(x));
+    assert!(
+        Arc::ptr_eq(
+            index.lock().by_path.get_key_value(&path(x)).unwrap().0,
+            &probe
+        ),
+        "the index holds the interned path"
+    );
+    path_intern::release(probe);
+    index.upsert("primary", &spec(x, false), false);
+    index.upsert("alias", &spec(y, true), false);
+    index.remove("primary");
+    assert!(
+        !path_intern::contains(&path(x)),
+        "changed and removed objects release it"
+    );
+    index.upsert("other", &spec(y, true), false);
+    index.retain(&["other".to_owned()].into());
+    assert!(path_intern::contains(&path(y)));
+    drop(index);
+    assert!(
+        !path_intern::contains(&path(y)),
+        "a dropped index releases it"
+    );
+}
