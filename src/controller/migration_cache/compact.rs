@@ -3,6 +3,8 @@
 //! 16-byte values instead of strings, the usual finalizer is a flag, and the fields a
 //! Registered object never has sit behind one optional box.
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
@@ -10,6 +12,7 @@ use crate::api::{
     FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
 };
 use crate::controller::full_sync::MigrationRecord;
+use crate::path_intern;
 use crate::volume_path::VolumePath;
 
 /// A string as the API server sent it, kept as 16 bytes when it is a lowercase UUID or a
@@ -89,6 +92,69 @@ fn spell(token: Option<&Token>) -> Option<String> {
     token.map(Token::spell)
 }
 
+/// The spec path. Every object volmig creates spells it canonically and is named after it:
+/// those share the process's one copy of the path (`path_intern`) and need no parse or
+/// digest to be joined with PVs; any other object keeps its text.
+#[derive(Debug)]
+pub(super) enum SpecPath {
+    Named(SharedPath),
+    Other(Box<str>),
+}
+
+impl SpecPath {
+    fn new(raw: &str, name: &str) -> Self {
+        match VolumePath::parse(raw) {
+            Ok(path) if path.as_str() == raw && path.object_name() == name => {
+                Self::Named(SharedPath(Some(path_intern::intern(path))))
+            }
+            _ => Self::Other(raw.into()),
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            Self::Named(path) => path.get().map_or("", |p| p.as_str()),
+            Self::Other(raw) => raw,
+        }
+    }
+
+    /// The path, when valid and the object `name` is named after it.
+    fn named_path(&self, name: &str) -> Option<VolumePath> {
+        match self {
+            Self::Named(path) => path.get().map(|p| VolumePath::clone(p)),
+            Self::Other(raw) => VolumePath::parse(raw)
+                .ok()
+                .filter(|p| p.object_name() == name),
+        }
+    }
+
+    /// The spec path canonicalizes to `path`.
+    pub(super) fn tracks(&self, path: &VolumePath) -> bool {
+        match self {
+            Self::Named(shared) => shared.get().is_some_and(|p| **p == *path),
+            Self::Other(raw) => VolumePath::parse(raw).is_ok_and(|p| p == *path),
+        }
+    }
+}
+
+/// An interned path, given back to the interner when dropped.
+#[derive(Debug)]
+pub(super) struct SharedPath(Option<Arc<VolumePath>>);
+
+impl SharedPath {
+    fn get(&self) -> Option<&Arc<VolumePath>> {
+        self.0.as_ref()
+    }
+}
+
+impl Drop for SharedPath {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            path_intern::release(path);
+        }
+    }
+}
+
 /// What few objects have: kept out of line so that a Registered object does not pay for it.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Rare {
@@ -107,12 +173,12 @@ struct Rare {
 }
 
 /// The compact form of one stripped VolumeMigration (its name is the cache's key).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(super) struct CompactMigration {
     uid: Option<Token>,
     resource_version: Option<Token>,
     pub(super) generation: Option<i64>,
-    pub(super) spec_path: Box<str>,
+    pub(super) spec_path: SpecPath,
     /// Finalizers are exactly `[FINALIZER]`.
     ours_only: bool,
     phase: Option<Phase>,
@@ -132,6 +198,7 @@ impl CompactMigration {
     /// managedFields and the like are dropped).
     pub(super) fn new(vm: &VolumeMigration) -> Self {
         let meta = &vm.metadata;
+        let name = meta.name.as_deref().unwrap_or_default();
         let status = vm.status.as_ref();
         let ours_only = meta
             .finalizers
@@ -168,7 +235,7 @@ impl CompactMigration {
             uid: token(meta.uid.as_ref()),
             resource_version: token(meta.resource_version.as_ref()),
             generation: meta.generation,
-            spec_path: vm.spec.volume_path.as_str().into(),
+            spec_path: SpecPath::new(&vm.spec.volume_path, name),
             ours_only,
             phase: status.and_then(|s| s.phase),
             volume_id: token(status.and_then(|s| s.volume_id.as_ref())),
@@ -221,9 +288,7 @@ impl CompactMigration {
         MigrationRecord {
             name: name.to_owned(),
             version: spell(self.resource_version.as_ref()),
-            path: VolumePath::parse(&self.spec_path)
-                .ok()
-                .filter(|p| p.object_name() == name),
+            path: self.spec_path.named_path(name),
             phase: self.phase,
             volume_id: spell(self.volume_id.as_ref()),
             pvs: self
@@ -282,7 +347,7 @@ impl CompactMigration {
                 uid: spell(self.uid.as_ref()),
             },
             spec: VolumeMigrationSpec {
-                volume_path: self.spec_path.to_string(),
+                volume_path: self.spec_path.text().to_owned(),
                 storage_policy_name: rare.storage_policy_name.clone(),
             },
             status,

@@ -120,7 +120,7 @@ impl MigrationCache {
         self.read()
             .objects
             .get(name)
-            .is_some_and(|slot| VolumePath::parse(&slot.object.spec_path).is_ok_and(|p| p == *path))
+            .is_some_and(|slot| slot.object.spec_path.tracks(path))
     }
 
     /// Every object's name.

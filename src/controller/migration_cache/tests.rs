@@ -96,3 +96,30 @@ fn an_object_without_a_name_is_ignored() {
     apply_event(&cache, &Event::Delete(nameless));
     assert!(cache.is_empty());
 }
+
+#[test]
+fn objects_named_after_their_path_share_it_and_give_it_back_when_gone() {
+    let cache = MigrationCache::default();
+    let path = VolumePath::parse("[ds] kubevols/intern-test-only.vmdk").unwrap();
+    let mut created = crate::k8s::migrations::new_migration(&path);
+    created.metadata.resource_version = Some("1".into());
+    let name = path.object_name();
+    cache.apply(&created);
+    assert!(crate::path_intern::contains(&path));
+    // The shared form answers like the text form.
+    assert!(cache.tracks(&name, &path));
+    assert_eq!(cache.records()[0].path.as_ref(), Some(&path));
+    assert_eq!(cache.get(&name).unwrap().spec.volume_path, path.as_str());
+    // Replaced by an update and then removed: nothing keeps the path interned.
+    cache.apply(&created);
+    assert!(crate::path_intern::contains(&path));
+    cache.remove(&name);
+    assert!(!crate::path_intern::contains(&path));
+
+    // Not named after its path (or not canonical): the text is kept, the path not interned.
+    let other = VolumePath::parse("[ds] kubevols/intern-test-other.vmdk").unwrap();
+    cache.apply(&vm("not-its-name", other.as_str(), "1"));
+    assert!(!crate::path_intern::contains(&other));
+    assert!(cache.tracks("not-its-name", &other));
+    assert_eq!(cache.records()[0].path, None);
+}
