@@ -128,6 +128,14 @@ impl SpecPath {
         }
     }
 
+    /// The name of objects named after this path, when the object is.
+    fn named_after(&self) -> Option<String> {
+        match self {
+            Self::Named(path) => path.get().map(|p| p.object_name()),
+            Self::Other(_) => None,
+        }
+    }
+
     /// The spec path canonicalizes to `path`.
     pub(super) fn tracks(&self, path: &VolumePath) -> bool {
         match self {
@@ -252,6 +260,12 @@ impl CompactMigration {
             observed_generation: status.and_then(|s| s.observed_generation),
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
         }
+    }
+
+    /// The object's name when it is named after its spec path (`VolumePath::object_name`),
+    /// which is then not stored.
+    pub(super) fn named_after(&self) -> Option<String> {
+        self.spec_path.named_after()
     }
 
     fn rare(&self) -> &Rare {

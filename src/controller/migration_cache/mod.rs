@@ -5,8 +5,11 @@
 //! Filled by [`watch`] from a kube-runtime watcher; read by the reconciler (an object is
 //! rebuilt for each reconcile), the PV watcher, the status writer and full sync.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
 
 use crate::api::VolumeMigration;
 use crate::controller::full_sync::MigrationRecord;
@@ -17,17 +20,83 @@ pub mod watch;
 
 use compact::CompactMigration;
 
+/// How an object's name is kept. Objects volmig creates are named after their path
+/// (`VolumePath::object_name`): their name is not stored, only the 64-bit digest suffix
+/// that ends it, which is all the table hashes.
+enum Key {
+    Named(u64),
+    Other(Box<str>),
+}
+
 struct Slot {
+    key: Key,
     /// The list (`Init` … `InitDone`) that last saw the object; older ones are gone.
     epoch: u32,
     object: CompactMigration,
 }
 
+impl Slot {
+    fn name(&self) -> Cow<'_, str> {
+        match &self.key {
+            Key::Other(name) => Cow::Borrowed(name),
+            Key::Named(_) => Cow::Owned(self.object.named_after().unwrap_or_default()),
+        }
+    }
+
+    fn is(&self, name: &str) -> bool {
+        match &self.key {
+            Key::Other(own) => **own == *name,
+            Key::Named(suffix) => {
+                digest_suffix(name) == Some(*suffix)
+                    && self.object.named_after().is_some_and(|own| own == name)
+            }
+        }
+    }
+}
+
+/// The 16 lowercase hex digits after the last `-` of an object name, when it ends so.
+fn digest_suffix(name: &str) -> Option<u64> {
+    let (_, hex) = name.rsplit_once('-')?;
+    let lower_hex = |c: u8| c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+    if hex.len() != 16 || !hex.bytes().all(lower_hex) {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
 #[derive(Default)]
 struct State {
-    objects: HashMap<Box<str>, Box<Slot>>,
+    objects: HashTable<Box<Slot>>,
+    hasher: RandomState,
     epoch: u32,
     synced: bool,
+}
+
+impl State {
+    /// A function of the name alone: by its digest suffix when it has one (so that a
+    /// `Named` slot hashes without its name), else by the whole name.
+    fn hash_name(&self, name: &str) -> u64 {
+        match digest_suffix(name) {
+            Some(suffix) => self.hasher.hash_one((0u8, suffix)),
+            None => self.hasher.hash_one((1u8, name)),
+        }
+    }
+
+    fn hash_slot(hasher: &RandomState, slot: &Slot) -> u64 {
+        match &slot.key {
+            Key::Named(suffix) => hasher.hash_one((0u8, *suffix)),
+            Key::Other(name) => match digest_suffix(name) {
+                Some(suffix) => hasher.hash_one((0u8, suffix)),
+                None => hasher.hash_one((1u8, &**name)),
+            },
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<&Slot> {
+        self.objects
+            .find(self.hash_name(name), |slot| slot.is(name))
+            .map(|slot| &**slot)
+    }
 }
 
 /// Thread-safe cache of VolumeMigrations by name.
@@ -51,20 +120,35 @@ impl MigrationCache {
             return;
         };
         let object = CompactMigration::new(vm);
+        let key = match digest_suffix(name) {
+            Some(suffix) if object.named_after().is_some() => Key::Named(suffix),
+            _ => Key::Other(name.into()),
+        };
         let mut s = self.write();
-        let epoch = s.epoch;
-        match s.objects.get_mut(name) {
-            Some(slot) => **slot = Slot { epoch, object },
+        let slot = Slot {
+            key,
+            epoch: s.epoch,
+            object,
+        };
+        let hash = s.hash_name(name);
+        let State {
+            objects, hasher, ..
+        } = &mut *s;
+        match objects.find_mut(hash, |slot| slot.is(name)) {
+            Some(existing) => **existing = slot,
             None => {
-                s.objects
-                    .insert(name.into(), Box::new(Slot { epoch, object }));
+                objects.insert_unique(hash, Box::new(slot), |slot| State::hash_slot(hasher, slot));
             }
         }
     }
 
     /// Forgets the object `name`.
     pub fn remove(&self, name: &str) {
-        self.write().objects.remove(name);
+        let mut s = self.write();
+        let hash = s.hash_name(name);
+        if let Ok(entry) = s.objects.find_entry(hash, |slot| slot.is(name)) {
+            entry.remove();
+        }
     }
 
     /// A full list starts: objects it does not [`apply`](Self::apply) are dropped by
@@ -78,8 +162,11 @@ impl MigrationCache {
     pub fn end_list(&self) {
         let mut s = self.write();
         let epoch = s.epoch;
-        s.objects.retain(|_, slot| slot.epoch == epoch);
-        s.objects.shrink_to_fit();
+        let State {
+            objects, hasher, ..
+        } = &mut *s;
+        objects.retain(|slot| slot.epoch == epoch);
+        objects.shrink_to_fit(|slot| State::hash_slot(hasher, slot));
         s.synced = true;
     }
 
@@ -101,16 +188,14 @@ impl MigrationCache {
     /// The object `name` as `strip_for_cache` leaves it (rebuilt: callers own the copy).
     pub fn get(&self, name: &str) -> Option<VolumeMigration> {
         self.read()
-            .objects
-            .get(name)
+            .find(name)
             .map(|slot| slot.object.to_object(name))
     }
 
     /// The `metadata.generation` of `name`.
     pub fn generation(&self, name: &str) -> Option<i64> {
         self.read()
-            .objects
-            .get(name)
+            .find(name)
             .and_then(|slot| slot.object.generation)
     }
 
@@ -118,14 +203,17 @@ impl MigrationCache {
     /// to it).
     pub fn tracks(&self, name: &str, path: &VolumePath) -> bool {
         self.read()
-            .objects
-            .get(name)
+            .find(name)
             .is_some_and(|slot| slot.object.spec_path.tracks(path))
     }
 
     /// Every object's name.
     pub fn names(&self) -> Vec<String> {
-        self.read().objects.keys().map(|n| n.to_string()).collect()
+        self.read()
+            .objects
+            .iter()
+            .map(|slot| slot.name().into_owned())
+            .collect()
     }
 
     /// What full sync needs of every object (see [`MigrationRecord`]).
@@ -133,7 +221,7 @@ impl MigrationCache {
         self.read()
             .objects
             .iter()
-            .map(|(name, slot)| slot.object.record(name))
+            .map(|slot| slot.object.record(&slot.name()))
             .collect()
     }
 }

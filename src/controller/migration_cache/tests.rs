@@ -123,3 +123,75 @@ fn objects_named_after_their_path_share_it_and_give_it_back_when_gone() {
     assert!(cache.tracks("not-its-name", &other));
     assert_eq!(cache.records()[0].path, None);
 }
+
+#[test]
+fn names_kept_by_digest_and_by_text_never_mix_up() {
+    let cache = MigrationCache::default();
+    let path = VolumePath::parse("[ds] kubevols/key-test.vmdk").unwrap();
+    let derived = path.object_name();
+    let suffix = derived.rsplit_once('-').unwrap().1.to_owned();
+    // A hand-made object whose name ends with the same digest suffix, and one with no
+    // suffix at all: kept by text, found by exact name only.
+    let lookalike = format!("other-{suffix}");
+    let plain = "plain-name".to_owned();
+    cache.apply(&crate::k8s::migrations::new_migration(&path));
+    cache.apply(&vm(&lookalike, path.as_str(), "1"));
+    cache.apply(&vm(&plain, "[ds] p.vmdk", "1"));
+    assert_eq!(cache.len(), 3);
+    let mut names = cache.names();
+    names.sort();
+    let mut want = vec![derived.clone(), lookalike.clone(), plain.clone()];
+    want.sort();
+    assert_eq!(names, want);
+    for name in &want {
+        assert_eq!(cache.get(name).unwrap().metadata.name.as_ref(), Some(name));
+    }
+    assert!(cache.get(&format!("volume-{suffix}")).is_none());
+    assert_eq!(
+        cache.records().iter().filter(|r| r.path.is_some()).count(),
+        1
+    );
+    cache.remove(&lookalike);
+    assert!(cache.get(&derived).is_some());
+    assert!(cache.get(&lookalike).is_none());
+    cache.remove(&derived);
+    assert!(cache.get(&derived).is_none());
+    assert_eq!(cache.names(), [plain]);
+}
+
+#[test]
+fn only_sixteen_lowercase_hex_digits_after_the_last_dash_are_a_digest_suffix() {
+    assert_eq!(digest_suffix("a-00000000000000ff"), Some(255));
+    assert_eq!(digest_suffix("a-b-ffffffffffffffff"), Some(u64::MAX));
+    for name in [
+        "a",
+        "a-",
+        "a-00000000000000FF",
+        "a-0000000000000ff",
+        "a-00000000000000fff",
+    ] {
+        assert_eq!(digest_suffix(name), None, "{name}");
+    }
+}
+
+#[test]
+fn a_large_cache_finds_every_object_after_growing_and_a_list_that_shrinks_it() {
+    let cache = MigrationCache::default();
+    let paths: Vec<VolumePath> = (0..2000)
+        .map(|i| VolumePath::parse(&format!("[ds] grow/{i}.vmdk")).unwrap())
+        .collect();
+    cache.begin_list();
+    for path in &paths {
+        cache.apply(&crate::k8s::migrations::new_migration(path));
+    }
+    cache.end_list();
+    cache.begin_list();
+    for path in &paths[..500] {
+        cache.apply(&crate::k8s::migrations::new_migration(path));
+    }
+    cache.end_list();
+    assert_eq!(cache.len(), 500);
+    for (i, path) in paths.iter().enumerate() {
+        assert_eq!(cache.tracks(&path.object_name(), path), i < 500, "{path}");
+    }
+}
