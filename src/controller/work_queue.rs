@@ -110,11 +110,14 @@ impl Schedule {
 }
 
 /// Runs `work` for every requested name until `shutdown`, then waits for the running ones.
-/// `work` returns when to run the name again (`None`: only when asked).
+/// `work` returns when to run the name again (`None`: only when asked). Nothing runs before
+/// `hold_until` completes (e.g. until the caches hold their first lists: a reconcile
+/// before that would only be put off); requests are collected meanwhile.
 pub async fn run<W, F>(
     Requests(mut requests): Requests,
     concurrency: usize,
     shutdown: CancellationToken,
+    hold_until: impl Future<Output = ()>,
     work: W,
 ) where
     W: Fn(Arc<str>) -> F,
@@ -124,8 +127,10 @@ pub async fn run<W, F>(
     let mut schedule = Schedule::default();
     let mut tasks: JoinSet<(Arc<str>, Option<Duration>)> = JoinSet::new();
     let mut open = true;
+    let mut hold = std::pin::pin!(hold_until);
+    let mut held = true;
     loop {
-        while tasks.len() < concurrency {
+        while !held && tasks.len() < concurrency {
             let Some(name) = schedule.take_due(Instant::now()) else {
                 break;
             };
@@ -140,10 +145,13 @@ pub async fn run<W, F>(
                 }
             });
         }
-        let wake = schedule.next_due().filter(|_| tasks.len() < concurrency);
+        let wake = schedule
+            .next_due()
+            .filter(|_| !held && tasks.len() < concurrency);
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
+            () = &mut hold, if held => held = false,
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 // Every job catches its own panic: an error here is an abort at shutdown.
                 if let Ok((name, requeue)) = done {

@@ -38,26 +38,32 @@ fn harness(
     let requeue = Arc::new(requeue);
     let task = tokio::spawn({
         let (log, shutdown) = (log.clone(), shutdown.clone());
-        run(requests, concurrency, shutdown, move |name: Arc<str>| {
-            let (log, requeue) = (log.clone(), requeue.clone());
-            async move {
-                let nth = {
+        run(
+            requests,
+            concurrency,
+            shutdown,
+            async {},
+            move |name: Arc<str>| {
+                let (log, requeue) = (log.clone(), requeue.clone());
+                async move {
+                    let nth = {
+                        let mut l = log.lock().unwrap();
+                        l.started.push((name.to_string(), start.elapsed()));
+                        l.running += 1;
+                        l.most_running = l.most_running.max(l.running);
+                        if !l.running_names.insert(name.to_string()) {
+                            l.overlapped.push(name.to_string());
+                        }
+                        l.started.iter().filter(|(n, _)| **n == *name).count()
+                    };
+                    tokio::time::sleep(takes).await;
                     let mut l = log.lock().unwrap();
-                    l.started.push((name.to_string(), start.elapsed()));
-                    l.running += 1;
-                    l.most_running = l.most_running.max(l.running);
-                    if !l.running_names.insert(name.to_string()) {
-                        l.overlapped.push(name.to_string());
-                    }
-                    l.started.iter().filter(|(n, _)| **n == *name).count()
-                };
-                tokio::time::sleep(takes).await;
-                let mut l = log.lock().unwrap();
-                l.running -= 1;
-                l.running_names.remove(&*name);
-                requeue(&name, nth)
-            }
-        })
+                    l.running -= 1;
+                    l.running_names.remove(&*name);
+                    requeue(&name, nth)
+                }
+            },
+        )
     });
     Harness {
         queue,
@@ -179,7 +185,7 @@ async fn a_panicking_reconcile_is_retried_and_others_go_on() {
     let runs = Arc::new(Mutex::new(Vec::new()));
     let task = tokio::spawn({
         let (runs, shutdown) = (runs.clone(), shutdown.clone());
-        run(requests, 2, shutdown, move |name: Arc<str>| {
+        run(requests, 2, shutdown, async {}, move |name: Arc<str>| {
             let runs = runs.clone();
             async move {
                 let nth = {
@@ -210,7 +216,7 @@ async fn shutdown_starts_nothing_new_and_waits_for_running_work() {
     let finished = Arc::new(Mutex::new(Vec::new()));
     let task = tokio::spawn({
         let (release, finished, shutdown) = (release.clone(), finished.clone(), shutdown.clone());
-        run(requests, 1, shutdown, move |name: Arc<str>| {
+        run(requests, 1, shutdown, async {}, move |name: Arc<str>| {
             let (release, finished) = (release.clone(), finished.clone());
             async move {
                 release.notified().await;
@@ -228,4 +234,40 @@ async fn shutdown_starts_nothing_new_and_waits_for_running_work() {
     release.notify_one();
     task.await.unwrap();
     assert_eq!(*finished.lock().unwrap(), vec!["running".to_owned()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_runs_before_the_hold_ends_and_requests_meanwhile_are_kept_once() {
+    let (queue, requests) = WorkQueue::new();
+    let shutdown = CancellationToken::new();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let open = Arc::new(Notify::new());
+    let task = tokio::spawn({
+        let (runs, shutdown, open) = (runs.clone(), shutdown.clone(), open.clone());
+        run(
+            requests,
+            4,
+            shutdown,
+            async move { open.notified().await },
+            move |name: Arc<str>| {
+                let runs = runs.clone();
+                async move {
+                    runs.lock().unwrap().push(name.to_string());
+                    None
+                }
+            },
+        )
+    });
+    for name in ["a", "b", "a", "a"] {
+        queue.schedule_now(name);
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(runs.lock().unwrap().is_empty(), "ran before the hold ended");
+    open.notify_one();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut ran = runs.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["a", "b"]);
+    shutdown.cancel();
+    task.await.unwrap();
 }

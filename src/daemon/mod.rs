@@ -209,6 +209,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             requests,
             reconcile_concurrency(args.max_concurrent_registrations),
             shutdown.clone(),
+            readiness::caches_synced(cache.clone(), ctx.index.clone(), None),
             reconcile_from(cache.clone(), ctx.clone()),
         )
         .instrument(info_span!("controller")),
@@ -255,7 +256,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             async move {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = readiness::caches_synced(&cache, &index, driver.as_deref()) => {}
+                    _ = readiness::caches_synced(cache, index, driver) => {}
                 }
                 health.set_ready(true);
                 info!("caches synced; ready");
