@@ -92,6 +92,22 @@ impl Schedule {
         None
     }
 
+    /// Gives back the memory of a burst (every object queued at start-up or on gaining
+    /// leadership) once it is over: the containers keep their largest size otherwise.
+    fn shrink_when_idle(&mut self) {
+        const KEEP: usize = 1024;
+        if self.due.is_empty() && self.due.capacity() > KEEP {
+            self.due = HashMap::new();
+            self.heap = BinaryHeap::new();
+        }
+        if self.running.is_empty() && self.running.capacity() > KEEP {
+            self.running = HashSet::new();
+        }
+        if self.again.is_empty() && self.again.capacity() > KEEP {
+            self.again = HashMap::new();
+        }
+    }
+
     fn next_due(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((at, _))| *at)
     }
@@ -106,6 +122,7 @@ impl Schedule {
         if let Some(at) = next {
             self.request(name, at);
         }
+        self.shrink_when_idle();
     }
 }
 

@@ -271,3 +271,33 @@ async fn nothing_runs_before_the_hold_ends_and_requests_meanwhile_are_kept_once(
     shutdown.cancel();
     task.await.unwrap();
 }
+
+#[test]
+fn a_burst_gives_its_memory_back_once_it_is_over() {
+    let mut schedule = Schedule::default();
+    let now = Instant::now();
+    for i in 0..5000 {
+        schedule.request(format!("n{i}").into(), now);
+    }
+    assert!(schedule.due.capacity() >= 5000);
+    let mut taken = Vec::new();
+    while let Some(name) = schedule.take_due(now) {
+        taken.push(name);
+    }
+    assert_eq!(taken.len(), 5000);
+    for name in taken {
+        schedule.finished(name, None);
+    }
+    assert!(
+        schedule.due.capacity() <= 1024,
+        "{}",
+        schedule.due.capacity()
+    );
+    assert!(
+        schedule.heap.capacity() <= 1024,
+        "{}",
+        schedule.heap.capacity()
+    );
+    assert!(schedule.running.capacity() <= 1024);
+    assert!(schedule.running.is_empty() && schedule.due.is_empty());
+}
