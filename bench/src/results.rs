@@ -132,6 +132,17 @@ pub struct BareClient {
     pub cpu_ms_per_registration: BTreeMap<String, f64>,
 }
 
+/// What the rest of the machine did during a timed window: the benchmark shares its cores
+/// with whatever else runs there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Load {
+    /// Mean cores busy with processes other than the measured ones (another build, kernel
+    /// threads), from `/proc/stat` minus the measured processes' own CPU time.
+    pub other_cores: f64,
+    /// Mean cores the hypervisor gave to someone else (`steal` in `/proc/stat`).
+    pub steal_cores: f64,
+}
+
 /// API and vCenter cost of one new PV.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ApiCost {

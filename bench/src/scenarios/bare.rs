@@ -24,6 +24,7 @@ use volmig::registrar::{CallGate, LeaderGate};
 use super::CpuClock;
 use super::throughput::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
 use crate::cluster;
+use crate::results::Load;
 use crate::sim::{Sim, SimOptions};
 
 /// The CNS cluster ID the daemon gets in the benchmark (`--cluster-id`).
@@ -41,6 +42,8 @@ pub struct BareRun {
     pub backend_ms: BTreeMap<String, f64>,
     /// CPU ms per vmdk of the simulator and of the benchmark process (the client).
     pub cpu_ms: BTreeMap<String, f64>,
+    /// The rest of the machine during the timed window.
+    pub load: Load,
 }
 
 /// One run: fresh simulator with `n` vmdks and `CnsCreateVolume` delayed by `latency`
@@ -101,7 +104,7 @@ pub async fn one(
         worker.await.context("a bare-client worker panicked")??;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_ms = cpu.ms_per(n as f64);
+    let window = cpu.finish(n as f64);
     let stats = sim.stats().await?;
     // Before the check's own listing.
     let backend_ms = backend_call_ms_from(&metrics.encode_prometheus_text());
@@ -142,7 +145,8 @@ pub async fn one(
             .copied()
             .unwrap_or(0) as f64,
         backend_ms,
-        cpu_ms,
+        cpu_ms: window.ms_per,
+        load: window.load,
     })
 }
 

@@ -15,7 +15,7 @@ use kube_testserver::Verb;
 use super::{CpuClock, Env, POLL, bare, progress};
 use crate::cluster::{self, Cluster, daemon_writes};
 use crate::daemon::{Daemon, VCenter, metric_by_label};
-use crate::results::{ApiCost, BareClient, Summary, Throughput, median_counts};
+use crate::results::{ApiCost, BareClient, Load, Summary, Throughput, median_counts};
 use crate::sim::{Sim, SimOptions};
 
 /// `--vc-requests-per-second` of the throughput runs (and of the bare client's gate): far
@@ -36,6 +36,7 @@ struct Run {
     backend_ms: BTreeMap<String, f64>,
     stage_seconds: BTreeMap<String, f64>,
     cpu_ms: BTreeMap<String, f64>,
+    load: Load,
 }
 
 /// Runs every (L, C) configuration `runs` times. The API cost comes from the runs at
@@ -55,10 +56,12 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                 })?;
                 progress(format!(
                     "throughput L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s, \
-                     {:.2} API writes/PV",
+                     {:.2} API writes/PV; other load {:.2} cores, steal {:.2}",
                     run.seconds,
                     n as f64 / run.seconds,
-                    run.writes
+                    run.writes,
+                    run.load.other_cores,
+                    run.load.steal_cores
                 ));
                 runs.push(run);
                 // The bare client right after volmig's run, on a fresh simulator.
@@ -73,9 +76,12 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
                     format!("bare-client run {r} with L = {latency} ms, C = {c}, N = {n}")
                 })?;
                 progress(format!(
-                    "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s",
+                    "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s; \
+                     other load {:.2} cores, steal {:.2}",
                     bare.seconds,
                     n as f64 / bare.seconds,
+                    bare.load.other_cores,
+                    bare.load.steal_cores
                 ));
                 bare_runs.push(bare);
             }
@@ -292,7 +298,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         )
         .await?;
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_ms = cpu.ms_per(n as f64);
+    let window = cpu.finish(n as f64);
     // Events are published after the counter moves: wait until the writes stop.
     let mut last = cluster.stats().writes;
     for _ in 0..50 {
@@ -353,7 +359,8 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
             .collect(),
         backend_ms,
         stage_seconds,
-        cpu_ms,
+        cpu_ms: window.ms_per,
+        load: window.load,
         peak_creates: sim_stats
             .max_in_flight
             .get("CnsCreateVolume")
