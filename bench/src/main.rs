@@ -117,12 +117,15 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
          8.0.3) would cap registration at 12.5 volumes/s, below the C ÷ L ideal for C ≥ 8 \
          (see \"Sizing the vCenter request rate\")."
             .to_string(),
-        "The bare client (issue 14) runs in the benchmark process after each of volmig's \
-         throughput runs, once that run's API server and daemon are stopped: C workers over \
+        "The bare client (issue 14) runs in the benchmark process, paired with each of \
+         volmig's throughput runs back to back (volmig first in even runs, the bare client \
+         first in odd ones), each on a fresh simulator started the same way: C workers over \
          volmig's own CNS backend (`volmig::backend::cns`, metered), each backend call \
          taking a slot of volmig's own `CallGate` with C slots and the same 10000 requests \
          per second as the daemon, so that the comparison isolates what volmig adds \
-         (Kubernetes, status, keyed lock) to the vCenter calls."
+         (Kubernetes, status, keyed lock) to the vCenter calls. The goal \"≥ 0.9 × bare \
+         client\" is judged on the median of the per-run ratios volmig ÷ bare client, not on \
+         the ratio of the two medians."
             .to_string(),
         "Lease writes (leader election renewing its Lease) are counted apart and excluded \
          from the per-PV and per-pass write counts; Events are counted as writes."
