@@ -135,14 +135,23 @@ fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
         return;
     };
     let ratio = ratios.median;
+    let disturbed = t.pairs.iter().filter(|p| p.disturbed).count();
     out.push(goal(
         format!("Throughput against the bare client, {}", point(t)),
         format!("median of the per-run ratios volmig ÷ bare client ≥ {BARE_RATIO}"),
         format!(
-            "{ratio:.2} (runs {}; {:.1} volumes/s against the bare client's {:.1})",
+            "{ratio:.2} (runs {}; {:.1} volumes/s against the bare client's {:.1}){}",
             ratio_runs(ratios),
             t.volumes_per_second.median,
-            bare.volumes_per_second.median
+            bare.volumes_per_second.median,
+            if disturbed > 0 {
+                format!(
+                    "; {disturbed} of {} runs disturbed by other load",
+                    t.pairs.len()
+                )
+            } else {
+                String::new()
+            }
         ),
         ratio >= BARE_RATIO,
         format!("{:.0} % below the goal", (1.0 - ratio / BARE_RATIO) * 100.0),
@@ -239,7 +248,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use crate::results::BareClient;
+    use crate::results::{BareClient, PairedRun};
 
     /// A point whose run i measured `volmig[i]` and `bare[i]` volumes/s.
     fn point(c: u16, latency: u64, volmig: &[f64], bare: &[f64]) -> Throughput {
@@ -323,11 +332,25 @@ mod tests {
             "0.91 (runs 0.92, 0.91, 0.90; 95.0 volumes/s against the bare client's 106.0)"
         );
         assert!(out[0].goal.contains("≥ 0.9"), "{out:?}");
-        // One bad run out of three does not decide it either way.
-        let p = point(8, 50, &[100.0, 100.0, 70.0], &[110.0, 108.0, 100.0]);
+        // One bad run out of three does not decide it either way; disturbed runs are told.
+        let mut p = point(8, 50, &[100.0, 100.0, 70.0], &[110.0, 108.0, 100.0]);
+        p.pairs = vec![
+            PairedRun::default(),
+            PairedRun::default(),
+            PairedRun {
+                disturbed: true,
+                ..PairedRun::default()
+            },
+        ];
         let mut out = Vec::new();
         bare_goals(&p, &mut out);
         assert!(out[0].met, "{out:?}");
+        assert!(
+            out[0]
+                .value
+                .ends_with("; 1 of 3 runs disturbed by other load"),
+            "{out:?}"
+        );
         // Two runs below 0.9: missed, by how much the median is below 0.9.
         let p = point(8, 50, &[81.0, 100.0, 85.5], &[100.0, 100.0, 100.0]);
         let mut out = Vec::new();

@@ -153,6 +153,11 @@ pub struct PairedRun {
     pub volmig_load: Load,
     /// The rest of the machine during the bare client's timed window.
     pub bare_load: Load,
+    /// Attempts it took: a pair disturbed by other load is measured again.
+    pub attempts: usize,
+    /// Whether other load took more than a quarter of a core during either timed window
+    /// of the pair kept (every attempt was disturbed).
+    pub disturbed: bool,
 }
 
 /// What the rest of the machine did during a timed window: the benchmark shares its cores

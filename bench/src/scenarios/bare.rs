@@ -21,8 +21,8 @@ use volmig::backend::{CreateVolumeRequest, VolumeBackend, list_all_volumes};
 use volmig::metrics::Metrics;
 use volmig::registrar::{CallGate, LeaderGate};
 
-use super::CpuClock;
 use super::throughput::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
+use super::{CpuClock, quiet};
 use crate::cluster;
 use crate::results::Load;
 use crate::sim::{Sim, SimOptions};
@@ -44,12 +44,16 @@ pub struct BareRun {
     pub cpu_ms: BTreeMap<String, f64>,
     /// The rest of the machine during the timed window.
     pub load: Load,
+    /// The wait for a quiet machine before the clock started.
+    pub waited: quiet::Waited,
 }
 
 /// One run: fresh simulator with `n` vmdks and `CnsCreateVolume` delayed by `latency`
-/// ms, `c` workers.
+/// ms, `c` workers; the clock starts once the machine is quiet (as far as `quiet_gate`
+/// lets it wait), as for volmig's runs.
 pub async fn one(
     vcsim: &std::path::Path,
+    quiet_gate: &quiet::Gate,
     latency: u64,
     c: u16,
     n: usize,
@@ -75,6 +79,7 @@ pub async fn one(
         .collect::<Result<_, _>>()
         .context("parsing the vmdk paths")?;
     let paths = Arc::new(paths);
+    let waited = quiet_gate.wait().await;
     sim.reset_stats().await?;
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -147,6 +152,7 @@ pub async fn one(
         backend_ms,
         cpu_ms: window.ms_per,
         load: window.load,
+        waited,
     })
 }
 

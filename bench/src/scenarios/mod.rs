@@ -7,6 +7,7 @@ use crate::scale::Scale;
 
 pub mod bare;
 pub mod in_process;
+pub mod quiet;
 pub mod steady;
 pub mod throughput;
 pub mod tracked;
@@ -23,6 +24,8 @@ pub struct Env {
     pub scale: Scale,
     /// How long memory/start-up daemons are kept running once idle (profiling).
     pub hold: Duration,
+    /// The throughput runs' budget for a quiet machine.
+    pub quiet: quiet::Gate,
 }
 
 /// How often the benchmark polls `/metrics` and `/readyz`.

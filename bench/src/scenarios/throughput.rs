@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use kube_testserver::Verb;
 
-use super::{CpuClock, Env, POLL, bare, progress};
+use super::{CpuClock, Env, POLL, bare, progress, quiet};
 use crate::cluster::{self, Cluster, daemon_writes};
 use crate::daemon::{Daemon, VCenter, metric_by_label};
 use crate::goals::paired_ratios;
@@ -38,6 +38,7 @@ struct Run {
     stage_seconds: BTreeMap<String, f64>,
     cpu_ms: BTreeMap<String, f64>,
     load: Load,
+    waited: quiet::Waited,
 }
 
 /// Runs every (L, C) configuration `runs` times, each run a [`pair`] of volmig and the
@@ -99,7 +100,10 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
 /// Run `r` of one point: volmig and the bare client back to back, each on a fresh
 /// simulator with the same N vmdks and L (so each starts from identical simulator state),
 /// volmig first in even runs and the bare client first in odd ones (so neither is always
-/// the one that runs right after the other's clean-up).
+/// the one that runs right after the other's clean-up). A pair during which other load
+/// took the machine's cores ([`quiet::disturbed`]) is measured again while the quiet
+/// budget lasts ([`quiet::Gate::again`]); the last attempt is kept, marked, when none was
+/// undisturbed.
 async fn pair(
     env: &Env,
     latency: u64,
@@ -108,31 +112,51 @@ async fn pair(
     r: usize,
 ) -> anyhow::Result<(Run, bare::BareRun, PairedRun)> {
     let volmig_first = r.is_multiple_of(2);
-    let (run, bare) = if volmig_first {
-        let run = volmig_run(env, latency, c, n, r).await?;
-        (run, bare_run(env, latency, c, n, r).await?)
-    } else {
-        let bare = bare_run(env, latency, c, n, r).await?;
-        (volmig_run(env, latency, c, n, r).await?, bare)
-    };
-    let paired = PairedRun {
-        first: if volmig_first {
-            "volmig"
+    let mut attempt = 1;
+    loop {
+        let started = Instant::now();
+        let (run, bare) = if volmig_first {
+            let run = volmig_run(env, latency, c, n, r).await?;
+            (run, bare_run(env, latency, c, n, r).await?)
         } else {
-            "bare client"
+            let bare = bare_run(env, latency, c, n, r).await?;
+            (volmig_run(env, latency, c, n, r).await?, bare)
+        };
+        let disturbed = quiet::disturbed(&run.load) || quiet::disturbed(&bare.load);
+        if disturbed && env.quiet.again(attempt) {
+            // The waits are spent already; the discarded runs are spent here.
+            let waits = Duration::from_secs_f64(run.waited.seconds + bare.waited.seconds);
+            env.quiet.spend(started.elapsed().saturating_sub(waits));
+            progress(format!(
+                "pair L={latency}ms C={c} N={n} run {r}: disturbed by other load (attempt \
+                 {attempt}), measuring it again"
+            ));
+            attempt += 1;
+            continue;
         }
-        .into(),
-        volmig_per_second: n as f64 / run.seconds,
-        bare_per_second: n as f64 / bare.seconds,
-        ratio: bare.seconds / run.seconds,
-        volmig_load: run.load,
-        bare_load: bare.load,
-    };
-    progress(format!(
-        "pair L={latency}ms C={c} N={n} run {r} ({} first): volmig ÷ bare = {:.3}",
-        paired.first, paired.ratio
-    ));
-    Ok((run, bare, paired))
+        let paired = PairedRun {
+            first: if volmig_first {
+                "volmig"
+            } else {
+                "bare client"
+            }
+            .into(),
+            volmig_per_second: n as f64 / run.seconds,
+            bare_per_second: n as f64 / bare.seconds,
+            ratio: bare.seconds / run.seconds,
+            volmig_load: run.load,
+            bare_load: bare.load,
+            attempts: attempt,
+            disturbed,
+        };
+        progress(format!(
+            "pair L={latency}ms C={c} N={n} run {r} ({} first): volmig ÷ bare = {:.3}{}",
+            paired.first,
+            paired.ratio,
+            if disturbed { ", disturbed" } else { "" }
+        ));
+        return Ok((run, bare, paired));
+    }
 }
 
 /// One of volmig's runs, with its progress line.
@@ -142,12 +166,13 @@ async fn volmig_run(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyh
         .with_context(|| format!("throughput run {r} with L = {latency} ms, C = {c}, N = {n}"))?;
     progress(format!(
         "throughput L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s, \
-         {:.2} API writes/PV; other load {:.2} cores, steal {:.2}",
+         {:.2} API writes/PV; other load {:.2} cores, steal {:.2}; {}",
         run.seconds,
         n as f64 / run.seconds,
         run.writes,
         run.load.other_cores,
-        run.load.steal_cores
+        run.load.steal_cores,
+        waited_text(run.waited)
     ));
     Ok(run)
 }
@@ -162,7 +187,7 @@ async fn bare_run(
 ) -> anyhow::Result<bare::BareRun> {
     let bare = tokio::time::timeout(
         bare::limit(n, latency, c),
-        bare::one(&env.vcsim, latency, c, n),
+        bare::one(&env.vcsim, &env.quiet, latency, c, n),
     )
     .await
     .context("timed out")
@@ -170,13 +195,23 @@ async fn bare_run(
     .with_context(|| format!("bare-client run {r} with L = {latency} ms, C = {c}, N = {n}"))?;
     progress(format!(
         "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s; other \
-         load {:.2} cores, steal {:.2}",
+         load {:.2} cores, steal {:.2}; {}",
         bare.seconds,
         n as f64 / bare.seconds,
         bare.load.other_cores,
-        bare.load.steal_cores
+        bare.load.steal_cores,
+        waited_text(bare.waited)
     ));
     Ok(bare)
+}
+
+/// `waited 3 s for a quiet machine` for a progress line.
+fn waited_text(w: quiet::Waited) -> String {
+    format!(
+        "waited {:.0} s for a quiet machine{}",
+        w.seconds,
+        if w.quiet { "" } else { " (not quiet)" }
+    )
 }
 
 /// The figures of one point from its runs.
@@ -343,6 +378,8 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
     daemon
         .wait_metric("volmig_full_sync_passes_total", "", 1.0, POLL, limit)
         .await?;
+    // And the machine quiet, this run's own components included.
+    let waited = env.quiet.wait().await;
     cluster.server.reset_stats();
     sim.reset_stats().await?;
 
@@ -429,6 +466,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         stage_seconds,
         cpu_ms: window.ms_per,
         load: window.load,
+        waited,
         peak_creates: sim_stats
             .max_in_flight
             .get("CnsCreateVolume")
