@@ -49,16 +49,18 @@ fn pairs_table(o: &mut String, r: &Results) {
         o,
         "\nRun by run (\"other load\": mean cores busy with processes outside the \
          measurement, such as another build, during each timed window; \"steal\": cores \
-         the hypervisor took):\n\n\
+         the hypervisor took; a pair with more than a quarter of a core of both together is \
+         measured again while the quiet budget lasts, and kept as \"disturbed\" after):\n\n\
          | L (ms) | C | run | first | volmig volumes/s | bare volumes/s | volmig ÷ bare | \
-         other load volmig / bare | steal volmig / bare |\n\
-         |---|---|---|---|---|---|---|---|---|"
+         other load volmig / bare | steal volmig / bare | attempts |\n\
+         |---|---|---|---|---|---|---|---|---|---|"
     );
     for t in &r.throughput {
         for (i, p) in t.pairs.iter().enumerate() {
             let _ = writeln!(
                 o,
-                "| {} | {} | {i} | {} | {:.1} | {:.1} | {:.3} | {:.2} / {:.2} | {:.2} / {:.2} |",
+                "| {} | {} | {i} | {} | {:.1} | {:.1} | {:.3} | {:.2} / {:.2} | {:.2} / {:.2} | \
+                 {}{} |",
                 t.latency_ms,
                 t.concurrency,
                 p.first,
@@ -69,6 +71,8 @@ fn pairs_table(o: &mut String, r: &Results) {
                 p.bare_load.other_cores,
                 p.volmig_load.steal_cores,
                 p.bare_load.steal_cores,
+                p.attempts,
+                if p.disturbed { ", **disturbed**" } else { "" },
             );
         }
     }

@@ -179,6 +179,9 @@ fn smoke_run_writes_results_report_and_charts() {
         "## Memory and start-up",
         "### volmig against the bare client",
         "### Where each registration's time goes",
+        // The paired runs, one row each, with the other load on the machine.
+        "\nRun by run (",
+        "| 50 | 8 | 0 | volmig | ",
         "(throughput.png)",
         "(memory.png)",
     ] {
