@@ -404,6 +404,7 @@ mod tests {
             backend_call_ms: Default::default(),
             bare: None,
             ratio_to_bare: None,
+            pairs: Vec::new(),
             stage_seconds: Default::default(),
             slot_seconds_per_registration: 0.0,
             cpu_ms_per_registration: Default::default(),

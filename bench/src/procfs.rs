@@ -72,6 +72,41 @@ impl CpuSnapshot {
     }
 }
 
+/// CPU time of the whole machine at one moment, from the `cpu` line of `/proc/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MachineCpu {
+    /// Nanoseconds any core spent running something (user, nice, system, irq, softirq).
+    pub busy_ns: u64,
+    /// Nanoseconds the hypervisor ran something else while a core of this machine wanted
+    /// to run (`steal`).
+    pub steal_ns: u64,
+}
+
+impl MachineCpu {
+    /// Reads `/proc/stat` (`None` when it cannot be read or parsed).
+    pub fn read() -> Option<MachineCpu> {
+        MachineCpu::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// Parses the text of `/proc/stat`.
+    pub fn parse(stat: &str) -> Option<MachineCpu> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let tick = |i: usize| ticks.get(i).copied().unwrap_or(0);
+        let ns = 1_000_000_000 / TICKS_PER_SECOND;
+        // user nice system idle iowait irq softirq steal (guest is inside user).
+        Some(MachineCpu {
+            busy_ns: (tick(0) + tick(1) + tick(2) + tick(5) + tick(6)) * ns,
+            steal_ns: tick(7) * ns,
+        })
+    }
+}
+
 /// Memory of one process, in KiB, from `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Memory {
@@ -167,5 +202,15 @@ mod tests {
         assert!(mem.rss_kib > 0 && mem.peak_kib >= mem.rss_kib);
         let m = Machine::read();
         assert!(m.cores >= 1 && m.memory_mib > 0);
+    }
+
+    #[test]
+    fn machine_cpu_from_proc_stat() {
+        let stat = "cpu  100 20 30 4000 5 6 7 8 0 0\ncpu0 50 10 15 2000 2 3 3 4 0 0\n";
+        let m = MachineCpu::parse(stat).unwrap();
+        assert_eq!(m.busy_ns, (100 + 20 + 30 + 6 + 7) * 10_000_000);
+        assert_eq!(m.steal_ns, 8 * 10_000_000);
+        assert_eq!(MachineCpu::parse("intr 1 2 3\n"), None);
+        assert!(MachineCpu::read().is_some_and(|m| m.busy_ns > 0));
     }
 }

@@ -94,8 +94,13 @@ pub struct Throughput {
     /// The bare client at the same point (same simulator, N, L and C, no Kubernetes): the
     /// limit of this machine. `None` when it was not measured.
     pub bare: Option<BareClient>,
-    /// volmig's median volumes/s ÷ the bare client's.
-    pub ratio_to_bare: Option<f64>,
+    /// volmig's volumes/s ÷ the bare client's, run by run (run i of volmig against run i
+    /// of the bare client, measured back to back); the goal is judged on its median.
+    /// `None` when the bare client was not measured.
+    pub ratio_to_bare: Option<Summary>,
+    /// Every run of volmig beside the bare client's run it is paired with, in the order
+    /// measured.
+    pub pairs: Vec<PairedRun>,
     /// Mean seconds per registration inside volmig's registrar by stage
     /// (`volmig_registration_stage_seconds`: `path_lock_wait`, `backend_slot_wait`,
     /// `vcenter_call`, `status_read`, `status_write_ahead`, `status_write_result`, `other`;
@@ -130,6 +135,40 @@ pub struct BareClient {
     /// CPU ms per vmdk during the timed window by process (the simulator, the benchmark
     /// process with the client; median of runs).
     pub cpu_ms_per_registration: BTreeMap<String, f64>,
+}
+
+/// One run of a throughput point: volmig and the bare client back to back, each on a fresh
+/// simulator started the same way, in alternating order from run to run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PairedRun {
+    /// Which of the two ran first: `volmig` or `bare client`.
+    pub first: String,
+    /// volmig's volumes/s.
+    pub volmig_per_second: f64,
+    /// The bare client's volumes/s.
+    pub bare_per_second: f64,
+    /// volmig ÷ the bare client in this run.
+    pub ratio: f64,
+    /// The rest of the machine during volmig's timed window.
+    pub volmig_load: Load,
+    /// The rest of the machine during the bare client's timed window.
+    pub bare_load: Load,
+    /// Attempts it took: a pair disturbed by other load is measured again.
+    pub attempts: usize,
+    /// Whether other load took more than a quarter of a core during either timed window
+    /// of the pair kept (every attempt was disturbed).
+    pub disturbed: bool,
+}
+
+/// What the rest of the machine did during a timed window: the benchmark shares its cores
+/// with whatever else runs there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Load {
+    /// Mean cores busy with processes other than the measured ones (another build, kernel
+    /// threads), from `/proc/stat` minus the measured processes' own CPU time.
+    pub other_cores: f64,
+    /// Mean cores the hypervisor gave to someone else (`steal` in `/proc/stat`).
+    pub steal_cores: f64,
 }
 
 /// API and vCenter cost of one new PV.

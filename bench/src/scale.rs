@@ -1,5 +1,7 @@
 //! Sizes of each scenario per `--scale` (`BENCH_SCALE`).
 
+use std::time::Duration;
+
 use clap::ValueEnum;
 
 /// How big the benchmark runs.
@@ -33,6 +35,9 @@ pub struct Scale {
     /// Numbers of existing volumes for memory and start-up (0 = idle baseline); the
     /// in-process steady-state pass runs over the largest.
     pub tracked_sizes: Vec<usize>,
+    /// Time the throughput runs may spend waiting for a quiet machine and measuring
+    /// disturbed pairs again ([`crate::scenarios::quiet::Gate`]).
+    pub quiet_budget: Duration,
 }
 
 impl Scale {
@@ -48,6 +53,8 @@ impl Scale {
                 concurrencies: vec![1, 8],
                 steady_volumes: 30,
                 tracked_sizes: vec![0, 200, 600],
+                // Run by `cargo nextest` beside other tests: the machine is never quiet.
+                quiet_budget: Duration::ZERO,
             },
             ScaleName::Default => Scale {
                 name: "default",
@@ -58,6 +65,7 @@ impl Scale {
                 concurrencies: vec![1, 8, 32],
                 steady_volumes: 10_000,
                 tracked_sizes: vec![0, 1_000, 10_000, 100_000],
+                quiet_budget: Duration::from_secs(600),
             },
             ScaleName::Large => Scale {
                 name: "large",

@@ -100,7 +100,12 @@ fn smoke_run_writes_results_report_and_charts() {
             bare["sim_calls_by_method"]["QueryVirtualDiskUuid"], 1.0,
             "{t}"
         );
-        assert!(t["ratio_to_bare"].as_f64().unwrap() > 0.0, "{t}");
+        // Run i of volmig paired with run i of the bare client; the goal uses the median.
+        assert!(t["ratio_to_bare"]["median"].as_f64().unwrap() > 0.0, "{t}");
+        let pairs = t["pairs"].as_array().expect("paired runs");
+        assert_eq!(pairs.len(), 1, "{t}");
+        assert_eq!(pairs[0]["first"], "volmig", "{t}");
+        assert!(pairs[0]["ratio"].as_f64().unwrap() > 0.0, "{t}");
         // Where the time goes, from volmig's own histogram: every stage, the create's L
         // in the vCenter calls.
         for stage in [
@@ -174,6 +179,9 @@ fn smoke_run_writes_results_report_and_charts() {
         "## Memory and start-up",
         "### volmig against the bare client",
         "### Where each registration's time goes",
+        // The paired runs, one row each, with the other load on the machine.
+        "\nRun by run (",
+        "| 50 | 8 | 0 | volmig | ",
         "(throughput.png)",
         "(memory.png)",
     ] {

@@ -21,9 +21,10 @@ use volmig::backend::{CreateVolumeRequest, VolumeBackend, list_all_volumes};
 use volmig::metrics::Metrics;
 use volmig::registrar::{CallGate, LeaderGate};
 
-use super::CpuClock;
 use super::throughput::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
+use super::{CpuClock, quiet};
 use crate::cluster;
+use crate::results::Load;
 use crate::sim::{Sim, SimOptions};
 
 /// The CNS cluster ID the daemon gets in the benchmark (`--cluster-id`).
@@ -41,12 +42,18 @@ pub struct BareRun {
     pub backend_ms: BTreeMap<String, f64>,
     /// CPU ms per vmdk of the simulator and of the benchmark process (the client).
     pub cpu_ms: BTreeMap<String, f64>,
+    /// The rest of the machine during the timed window.
+    pub load: Load,
+    /// The wait for a quiet machine before the clock started.
+    pub waited: quiet::Waited,
 }
 
 /// One run: fresh simulator with `n` vmdks and `CnsCreateVolume` delayed by `latency`
-/// ms, `c` workers.
+/// ms, `c` workers; the clock starts once the machine is quiet (as far as `quiet_gate`
+/// lets it wait), as for volmig's runs.
 pub async fn one(
     vcsim: &std::path::Path,
+    quiet_gate: &quiet::Gate,
     latency: u64,
     c: u16,
     n: usize,
@@ -72,6 +79,7 @@ pub async fn one(
         .collect::<Result<_, _>>()
         .context("parsing the vmdk paths")?;
     let paths = Arc::new(paths);
+    let waited = quiet_gate.wait().await;
     sim.reset_stats().await?;
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -101,7 +109,7 @@ pub async fn one(
         worker.await.context("a bare-client worker panicked")??;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_ms = cpu.ms_per(n as f64);
+    let window = cpu.finish(n as f64);
     let stats = sim.stats().await?;
     // Before the check's own listing.
     let backend_ms = backend_call_ms_from(&metrics.encode_prometheus_text());
@@ -142,7 +150,9 @@ pub async fn one(
             .copied()
             .unwrap_or(0) as f64,
         backend_ms,
-        cpu_ms,
+        cpu_ms: window.ms_per,
+        load: window.load,
+        waited,
     })
 }
 

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use kube_testserver::Verb;
 
-use super::{CpuClock, Env, POLL, bare, progress};
+use super::{CpuClock, Env, POLL, bare, progress, quiet};
 use crate::cluster::{self, Cluster, daemon_writes};
 use crate::daemon::{Daemon, VCenter, metric_by_label};
-use crate::results::{ApiCost, BareClient, Summary, Throughput, median_counts};
+use crate::goals::paired_ratios;
+use crate::results::{ApiCost, BareClient, Load, PairedRun, Summary, Throughput, median_counts};
 use crate::sim::{Sim, SimOptions};
 
 /// `--vc-requests-per-second` of the throughput runs (and of the bare client's gate): far
@@ -36,10 +37,12 @@ struct Run {
     backend_ms: BTreeMap<String, f64>,
     stage_seconds: BTreeMap<String, f64>,
     cpu_ms: BTreeMap<String, f64>,
+    load: Load,
+    waited: quiet::Waited,
 }
 
-/// Runs every (L, C) configuration `runs` times. The API cost comes from the runs at
-/// C = 8 and the smallest L.
+/// Runs every (L, C) configuration `runs` times, each run a [`pair`] of volmig and the
+/// bare client. The API cost comes from the runs at C = 8 and the smallest L.
 pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
     let mut points = Vec::new();
     let mut cost_runs: Vec<Run> = Vec::new();
@@ -49,80 +52,14 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
             let n = env.scale.volumes_at(c);
             let mut runs = Vec::new();
             let mut bare_runs = Vec::new();
+            let mut pairs = Vec::new();
             for r in 0..env.scale.runs {
-                let run = one(env, latency, c, n, r).await.with_context(|| {
-                    format!("throughput run {r} with L = {latency} ms, C = {c}, N = {n}")
-                })?;
-                progress(format!(
-                    "throughput L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s, \
-                     {:.2} API writes/PV",
-                    run.seconds,
-                    n as f64 / run.seconds,
-                    run.writes
-                ));
+                let (run, bare, paired) = pair(env, latency, c, n, r).await?;
                 runs.push(run);
-                // The bare client right after volmig's run, on a fresh simulator.
-                let bare = tokio::time::timeout(
-                    bare::limit(n, latency, c),
-                    bare::one(&env.vcsim, latency, c, n),
-                )
-                .await
-                .context("timed out")
-                .and_then(|r| r)
-                .with_context(|| {
-                    format!("bare-client run {r} with L = {latency} ms, C = {c}, N = {n}")
-                })?;
-                progress(format!(
-                    "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s",
-                    bare.seconds,
-                    n as f64 / bare.seconds,
-                ));
                 bare_runs.push(bare);
+                pairs.push(paired);
             }
-            let ideal = f64::from(c) * 1000.0 / latency as f64;
-            let seconds = Summary::of(&runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
-            let per_second = seconds.map(|s| n as f64 / s);
-            let sim_per_pv: Vec<f64> = runs
-                .iter()
-                .map(|r| r.sim_calls.values().sum::<f64>())
-                .collect();
-            let bare = bare_client(&bare_runs, n, ideal);
-            let ratio_to_bare = (bare.volumes_per_second.median > 0.0)
-                .then(|| per_second.median / bare.volumes_per_second.median);
-            let slot_seconds = seconds.median * f64::from(c) / n as f64;
-            points.push(Throughput {
-                latency_ms: latency,
-                concurrency: c,
-                volumes: n,
-                ratio_to_ideal: per_second.map(|v| v / ideal),
-                volumes_per_second: per_second,
-                seconds,
-                ideal_per_second: ideal,
-                peak_creates_in_flight: Summary::of(
-                    &runs.iter().map(|r| r.peak_creates).collect::<Vec<_>>(),
-                )
-                .median,
-                api_writes_per_pv: Summary::of(&runs.iter().map(|r| r.writes).collect::<Vec<_>>()),
-                sim_calls_per_pv: Summary::of(&sim_per_pv),
-                backend_call_ms: median_counts(
-                    &runs
-                        .iter()
-                        .map(|r| r.backend_ms.clone())
-                        .collect::<Vec<_>>(),
-                ),
-                bare: Some(bare),
-                ratio_to_bare,
-                stage_seconds: median_counts(
-                    &runs
-                        .iter()
-                        .map(|r| r.stage_seconds.clone())
-                        .collect::<Vec<_>>(),
-                ),
-                slot_seconds_per_registration: slot_seconds,
-                cpu_ms_per_registration: median_counts(
-                    &runs.iter().map(|r| r.cpu_ms.clone()).collect::<Vec<_>>(),
-                ),
-            });
+            points.push(point(latency, c, n, &runs, &bare_runs, pairs));
             if c == 8 && latency == cost_latency {
                 cost_runs = runs;
             }
@@ -158,6 +95,178 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
         ),
     };
     Ok((points, cost))
+}
+
+/// Run `r` of one point: volmig and the bare client back to back, each on a fresh
+/// simulator with the same N vmdks and L (so each starts from identical simulator state),
+/// volmig first in even runs and the bare client first in odd ones (so neither is always
+/// the one that runs right after the other's clean-up). A pair during which other load
+/// took the machine's cores ([`quiet::disturbed`]) is measured again while the quiet
+/// budget lasts ([`quiet::Gate::again`]); the last attempt is kept, marked, when none was
+/// undisturbed.
+async fn pair(
+    env: &Env,
+    latency: u64,
+    c: u16,
+    n: usize,
+    r: usize,
+) -> anyhow::Result<(Run, bare::BareRun, PairedRun)> {
+    let volmig_first = r.is_multiple_of(2);
+    let mut attempt = 1;
+    loop {
+        let started = Instant::now();
+        let (run, bare) = if volmig_first {
+            let run = volmig_run(env, latency, c, n, r).await?;
+            (run, bare_run(env, latency, c, n, r).await?)
+        } else {
+            let bare = bare_run(env, latency, c, n, r).await?;
+            (volmig_run(env, latency, c, n, r).await?, bare)
+        };
+        let disturbed = quiet::disturbed(&run.load) || quiet::disturbed(&bare.load);
+        if disturbed && env.quiet.again(attempt) {
+            // The waits are spent already; the discarded runs are spent here.
+            let waits = Duration::from_secs_f64(run.waited.seconds + bare.waited.seconds);
+            env.quiet.spend(started.elapsed().saturating_sub(waits));
+            progress(format!(
+                "pair L={latency}ms C={c} N={n} run {r}: disturbed by other load (attempt \
+                 {attempt}), measuring it again"
+            ));
+            attempt += 1;
+            continue;
+        }
+        let paired = PairedRun {
+            first: if volmig_first {
+                "volmig"
+            } else {
+                "bare client"
+            }
+            .into(),
+            volmig_per_second: n as f64 / run.seconds,
+            bare_per_second: n as f64 / bare.seconds,
+            ratio: bare.seconds / run.seconds,
+            volmig_load: run.load,
+            bare_load: bare.load,
+            attempts: attempt,
+            disturbed,
+        };
+        progress(format!(
+            "pair L={latency}ms C={c} N={n} run {r} ({} first): volmig ÷ bare = {:.3}{}",
+            paired.first,
+            paired.ratio,
+            if disturbed { ", disturbed" } else { "" }
+        ));
+        return Ok((run, bare, paired));
+    }
+}
+
+/// One of volmig's runs, with its progress line.
+async fn volmig_run(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Result<Run> {
+    let run = one(env, latency, c, n, r)
+        .await
+        .with_context(|| format!("throughput run {r} with L = {latency} ms, C = {c}, N = {n}"))?;
+    progress(format!(
+        "throughput L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s, \
+         {:.2} API writes/PV; other load {:.2} cores, steal {:.2}; {}",
+        run.seconds,
+        n as f64 / run.seconds,
+        run.writes,
+        run.load.other_cores,
+        run.load.steal_cores,
+        waited_text(run.waited)
+    ));
+    Ok(run)
+}
+
+/// One of the bare client's runs, with its progress line.
+async fn bare_run(
+    env: &Env,
+    latency: u64,
+    c: u16,
+    n: usize,
+    r: usize,
+) -> anyhow::Result<bare::BareRun> {
+    let bare = tokio::time::timeout(
+        bare::limit(n, latency, c),
+        bare::one(&env.vcsim, &env.quiet, latency, c, n),
+    )
+    .await
+    .context("timed out")
+    .and_then(|r| r)
+    .with_context(|| format!("bare-client run {r} with L = {latency} ms, C = {c}, N = {n}"))?;
+    progress(format!(
+        "bare client L={latency}ms C={c} N={n} run {r}: {:.2} s, {:.1} volumes/s; other \
+         load {:.2} cores, steal {:.2}; {}",
+        bare.seconds,
+        n as f64 / bare.seconds,
+        bare.load.other_cores,
+        bare.load.steal_cores,
+        waited_text(bare.waited)
+    ));
+    Ok(bare)
+}
+
+/// `waited 3 s for a quiet machine` for a progress line.
+fn waited_text(w: quiet::Waited) -> String {
+    format!(
+        "waited {:.0} s for a quiet machine{}",
+        w.seconds,
+        if w.quiet { "" } else { " (not quiet)" }
+    )
+}
+
+/// The figures of one point from its runs.
+fn point(
+    latency: u64,
+    c: u16,
+    n: usize,
+    runs: &[Run],
+    bare_runs: &[bare::BareRun],
+    pairs: Vec<PairedRun>,
+) -> Throughput {
+    let ideal = f64::from(c) * 1000.0 / latency as f64;
+    let seconds = Summary::of(&runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
+    let per_second = seconds.map(|s| n as f64 / s);
+    let sim_per_pv: Vec<f64> = runs
+        .iter()
+        .map(|r| r.sim_calls.values().sum::<f64>())
+        .collect();
+    let bare = bare_client(bare_runs, n, ideal);
+    let ratio_to_bare = paired_ratios(&per_second.runs, &bare.volumes_per_second.runs);
+    let slot_seconds = seconds.median * f64::from(c) / n as f64;
+    Throughput {
+        latency_ms: latency,
+        concurrency: c,
+        volumes: n,
+        ratio_to_ideal: per_second.map(|v| v / ideal),
+        volumes_per_second: per_second,
+        seconds,
+        ideal_per_second: ideal,
+        peak_creates_in_flight: Summary::of(
+            &runs.iter().map(|r| r.peak_creates).collect::<Vec<_>>(),
+        )
+        .median,
+        api_writes_per_pv: Summary::of(&runs.iter().map(|r| r.writes).collect::<Vec<_>>()),
+        sim_calls_per_pv: Summary::of(&sim_per_pv),
+        backend_call_ms: median_counts(
+            &runs
+                .iter()
+                .map(|r| r.backend_ms.clone())
+                .collect::<Vec<_>>(),
+        ),
+        bare: Some(bare),
+        ratio_to_bare,
+        pairs,
+        stage_seconds: median_counts(
+            &runs
+                .iter()
+                .map(|r| r.stage_seconds.clone())
+                .collect::<Vec<_>>(),
+        ),
+        slot_seconds_per_registration: slot_seconds,
+        cpu_ms_per_registration: median_counts(
+            &runs.iter().map(|r| r.cpu_ms.clone()).collect::<Vec<_>>(),
+        ),
+    }
 }
 
 /// The bare client's figures over its runs.
@@ -269,6 +378,8 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
     daemon
         .wait_metric("volmig_full_sync_passes_total", "", 1.0, POLL, limit)
         .await?;
+    // And the machine quiet, this run's own components included.
+    let waited = env.quiet.wait().await;
     cluster.server.reset_stats();
     sim.reset_stats().await?;
 
@@ -292,7 +403,7 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
         )
         .await?;
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_ms = cpu.ms_per(n as f64);
+    let window = cpu.finish(n as f64);
     // Events are published after the counter moves: wait until the writes stop.
     let mut last = cluster.stats().writes;
     for _ in 0..50 {
@@ -353,7 +464,9 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
             .collect(),
         backend_ms,
         stage_seconds,
-        cpu_ms,
+        cpu_ms: window.ms_per,
+        load: window.load,
+        waited,
         peak_creates: sim_stats
             .max_in_flight
             .get("CnsCreateVolume")
