@@ -71,6 +71,13 @@ pub fn contains(path: &VolumePath) -> bool {
     lock().contains(path)
 }
 
+/// True when `handle` is the interned entry of its path (not an equal `Arc` made elsewhere).
+pub fn is_interned(handle: &Arc<VolumePath>) -> bool {
+    lock()
+        .get(&**handle)
+        .is_some_and(|entry| Arc::ptr_eq(entry, handle))
+}
+
 /// Number of interned paths, held or not yet swept.
 pub fn len() -> usize {
     lock().len()
