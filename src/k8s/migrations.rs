@@ -103,10 +103,10 @@ pub async fn delete_migration(api: &Api<VolumeMigration>, name: &str) -> kube::R
     }
 }
 
-/// Fields of a VolumeMigration volmig never reads; dropped before the cache keeps the
-/// object (memory per volume: a real API server adds kilobytes of `managedFields`, and one
-/// label alone allocates a ~550-byte B-tree node). Kept: name, uid and resourceVersion
-/// (Events and preconditions), generation, finalizers, deletion, spec, status.
+/// Drops the fields of a VolumeMigration volmig never reads: the reference for what the
+/// compact VolumeMigration cache keeps (`controller::migration_cache`, whose tests check that
+/// it rebuilds exactly this). Kept: name, uid and resourceVersion (Events and
+/// preconditions), generation, finalizers, deletion, spec, status without conditions.
 pub fn strip_for_cache(vm: &mut VolumeMigration) {
     let meta = &mut vm.metadata;
     meta.managed_fields = None;

@@ -268,6 +268,12 @@ impl CompactMigration {
         self.spec_path.named_after()
     }
 
+    /// True when the object is named after its spec path (known since [`Self::new`]; no
+    /// digest computed).
+    pub(super) fn is_named(&self) -> bool {
+        matches!(self.spec_path, SpecPath::Named(_))
+    }
+
     fn rare(&self) -> &Rare {
         static NONE: std::sync::OnceLock<Rare> = std::sync::OnceLock::new();
         self.rare

@@ -121,7 +121,7 @@ impl MigrationCache {
         };
         let object = CompactMigration::new(vm);
         let key = match digest_suffix(name) {
-            Some(suffix) if object.named_after().is_some() => Key::Named(suffix),
+            Some(suffix) if object.is_named() => Key::Named(suffix),
             _ => Key::Other(name.into()),
         };
         let mut s = self.write();
