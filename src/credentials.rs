@@ -6,6 +6,8 @@
 //! needs no restart. The password is never logged or printed.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -127,6 +129,73 @@ impl CredentialSource {
             CredentialSource::Environment => {
                 "environment (VOLMIG_VC_USERNAME / VOLMIG_VC_PASSWORD)".to_owned()
             }
+        }
+    }
+}
+
+/// [`CredentialSource::version`] without reading the file on every call: the on-demand
+/// backend asks before every vCenter call (five per registration), and opening, reading and
+/// hashing the file each time is the most expensive thing it does. The file is read again
+/// when its metadata changes (a Secret update swaps the file: another inode; an edit moves
+/// its modification time or size) and at least once per `every` (an edit within one
+/// timestamp tick that keeps the size), so changed credentials are still used at once.
+pub struct VersionProbe {
+    source: CredentialSource,
+    every: Duration,
+    last: Mutex<Option<Seen>>,
+}
+
+/// What the probe saw last.
+#[derive(Clone, Copy)]
+struct Seen {
+    at: Instant,
+    stamp: Option<Stamp>,
+    version: Version,
+}
+
+/// Device, inode, modification time (s, ns) and size of a file.
+type Stamp = (u64, u64, i64, i64, u64);
+
+impl VersionProbe {
+    /// A probe of `source` that reads it again at least once per `every`.
+    pub fn new(source: CredentialSource, every: Duration) -> Self {
+        Self {
+            source,
+            every,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The version of the source now.
+    pub fn current(&self) -> Version {
+        let stamp = self.stamp();
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        match *last {
+            Some(seen)
+                if seen.stamp == stamp && stamp.is_some() && seen.at.elapsed() < self.every =>
+            {
+                seen.version
+            }
+            _ => {
+                let version = self.source.version();
+                *last = Some(Seen {
+                    at: Instant::now(),
+                    stamp,
+                    version,
+                });
+                version
+            }
+        }
+    }
+
+    fn stamp(&self) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        match &self.source {
+            CredentialSource::File(path) | CredentialSource::CsiConfig(path) => {
+                let m = std::fs::metadata(path).ok()?;
+                Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+            }
+            CredentialSource::Environment => None,
         }
     }
 }
@@ -270,6 +339,39 @@ mod tests {
         assert!(matches!(source.load(), Err(Error::Read { .. })));
         assert_ne!(source.version(), v1);
         assert!(!format!("{v1:?}").contains("two"));
+    }
+
+    #[test]
+    fn a_probe_reads_the_file_again_when_it_changes_or_the_period_is_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        let swap = |content: &str| {
+            // As kubelet updates a Secret: a new file put in place.
+            let next = dir.path().join("next");
+            std::fs::write(&next, content).unwrap();
+            std::fs::rename(&next, &file).unwrap();
+        };
+        swap("username: a\npassword: one\n");
+        let source = CredentialSource::File(file.clone());
+        let v1 = source.version();
+        let hourly = VersionProbe::new(source.clone(), Duration::from_secs(3600));
+        assert_eq!(hourly.current(), v1);
+        swap("username: a\npassword: two\n");
+        let v2 = hourly.current();
+        assert_ne!(v2, v1, "a swapped file is read at once");
+        assert_eq!(v2, source.version());
+        // Same inode, same size, same modification time: only the period tells.
+        let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
+        std::fs::write(&file, "username: a\npassword: 333\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(stamp)
+            .unwrap();
+        assert_eq!(hourly.current(), v2, "an unseen edit waits for the period");
+        let always = VersionProbe::new(source, Duration::ZERO);
+        assert_ne!(always.current(), v2, "after the period: read again");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! The crate is layered by role (docs/design.md is the contract):
 //! - domain: [`volume_path`] (the in-tree path and the names derived from it),
-//!   [`path_intern`] (one shared copy of each path), [`api`] (the custom resource);
+//!   [`path_intern`] (one shared copy of each path), [`compact_text`] (identifiers in 16
+//!   bytes), [`api`] (the custom resource);
 //! - [`registrar`]: the one place that registers, behind two seams — [`backend`] (vCenter)
 //!   and [`registrar::StatusStore`] (where the mapping is recorded);
 //! - [`controller`]: PV watcher and index, reconciler, full sync;
@@ -17,6 +18,7 @@ pub mod api;
 pub mod backend;
 pub mod backoff;
 pub mod cli;
+pub mod compact_text;
 pub mod controller;
 pub mod credentials;
 pub mod daemon;

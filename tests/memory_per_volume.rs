@@ -156,13 +156,14 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
 }
 
 /// Bounds, bytes per volume (see the module doc).
-/// Measured 363: name and path shared by both maps, the path (89 bytes of text, 40 of
-/// `Arc`) and its interner slot (~15) counted here, a path's PV list sized for one name.
-const PV_INDEX_BOUND: f64 = 470.0;
-/// Measured 319: the compact record (identifiers as 16-byte values, the path shared with
-/// the indexes, the name not stored for objects named after their path). kube-runtime's
-/// reflector store of stripped objects took 1,393.
-const MIGRATION_CACHE_BOUND: f64 = 420.0;
-/// Measured 248: the canonical path is the PV index's (interned), so none is counted here;
-/// a driver object that kept its own copy would add ~130.
-const DRIVER_INDEX_BOUND: f64 = 320.0;
+/// Measured 304: the path (89 bytes of text, 40 of `Arc`) and its interner slot (~15)
+/// counted here, names as 16-byte values (`pvc-<uuid>`), a path's one PV kept inline.
+const PV_INDEX_BOUND: f64 = 400.0;
+/// Measured 223: the compact record (identifiers and the PV name as 16-byte values, counts
+/// as 4 bytes, the path shared with the indexes, the name not stored for objects named
+/// after their path). kube-runtime's reflector store of stripped objects took 1,393.
+const MIGRATION_CACHE_BOUND: f64 = 290.0;
+/// Measured 134: the canonical path is the PV index's (interned), so none is counted here;
+/// an object named after its ID stores its name in 16 bytes and no ID. A driver object that
+/// kept its own copy of the path would add ~130.
+const DRIVER_INDEX_BOUND: f64 = 175.0;

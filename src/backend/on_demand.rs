@@ -9,7 +9,8 @@
 //!   is `InvalidLogin` and whose message names the vCenter and the user. A wrong password
 //!   therefore never locks the vCenter account.
 //! - **Changed credentials are used at once**: a probe ([`Version`] of the credentials
-//!   file, cheap) runs before each call. When the credentials changed since the connection
+//!   file, cheap: `volmig run` reads the file again only when its metadata changes, or a
+//!   second has passed) runs before each call. When the credentials changed since the connection
 //!   (or since the failed attempt) was made, the next call connects again with them; a
 //!   rotated Secret needs no restart. Until the new connection works, the old one is kept.
 //! - A session that expires is re-established by the connected backend itself (one shared
@@ -208,9 +209,11 @@ impl OnDemandBackend {
     }
 
     async fn get(&self) -> Result<Arc<dyn VolumeBackend>> {
+        // Probed before taking the lock: callers never wait on each other's probe.
+        let version = (self.probe)();
         let flights_seen = {
             let state = self.lock();
-            match state.decide((self.probe)(), Instant::now()) {
+            match state.decide(version, Instant::now()) {
                 Decision::Use(backend) => return Ok(backend),
                 Decision::FailFast(err) => return Err(err),
                 Decision::Connect => state.flights,

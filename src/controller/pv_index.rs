@@ -2,10 +2,12 @@
 //! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::path_intern;
 use crate::volume_path::{PathError, VolumePath};
 
@@ -61,11 +63,11 @@ pub struct IndexChange {
     pub touched: Vec<VolumePath>,
 }
 
-/// What the index keeps of one PV. Names and paths are shared between both maps (`Arc`),
-/// so a PV costs one name, one path and two map slots: the index holds one per in-tree
-/// PV, 100k of them in a large cluster. Paths come from [`path_intern`], so other indexes
-/// share them too; every handle the index lets go of goes back through
-/// [`path_intern::release`].
+/// What the index keeps of one PV. Names are [`CompactText`] (a `pvc-<uuid>` name is 16
+/// bytes, no allocation) and paths are shared between both maps (`Arc`), so a PV costs one
+/// path and two map slots: the index holds one per in-tree PV, 100k of them in a large
+/// cluster. Paths come from [`path_intern`], so other indexes share them too; every handle
+/// the index lets go of goes back through [`path_intern::release`].
 struct PvEntry {
     volume: Indexed,
     /// The raw `volumePath`, when not already canonical.
@@ -90,36 +92,31 @@ impl Indexed {
 
 #[derive(Default)]
 struct State {
-    by_pv: HashMap<Arc<str>, PvEntry>,
-    /// The PVs of each valid path, sorted by name (usually one).
-    by_path: HashMap<Arc<VolumePath>, Vec<Arc<str>>>,
+    by_pv: hashbrown::HashMap<CompactText, PvEntry, RandomState>,
+    /// The PVs of each valid path (usually one).
+    by_path: HashMap<Arc<VolumePath>, CompactSet>,
     /// PVs with an invalid path not yet reported with a Warning Event.
     unreported_invalid: BTreeMap<String, PathError>,
     synced: bool,
 }
 
 impl State {
-    fn link(&mut self, path: &Arc<VolumePath>, name: &Arc<str>) {
+    fn link(&mut self, path: &Arc<VolumePath>, name: &CompactText) {
         match self.by_path.get_mut(&**path) {
-            Some(names) => {
-                if let Err(at) = names.binary_search(name) {
-                    names.insert(at, name.clone());
-                }
-            }
+            Some(names) => names.insert(name.clone()),
             None => {
-                self.by_path.insert(Arc::clone(path), vec![name.clone()]);
+                self.by_path
+                    .insert(Arc::clone(path), CompactSet::one(name.clone()));
             }
         }
     }
 
     fn unlink(&mut self, path: &VolumePath, name: &str) {
-        if let Some(names) = self.by_path.get_mut(path) {
-            names.retain(|n| &**n != name);
-            if names.is_empty()
-                && let Some((key, _)) = self.by_path.remove_entry(path)
-            {
-                path_intern::release(key);
-            }
+        if let Some(names) = self.by_path.get_mut(path)
+            && names.remove(TextRef::new(name))
+            && let Some((key, _)) = self.by_path.remove_entry(path)
+        {
+            path_intern::release(key);
         }
     }
 }
@@ -160,19 +157,20 @@ impl PvIndex {
     /// The raw spellings of `path` by its PVs, oldest PV first, without repeats.
     pub fn spellings_for(&self, path: &VolumePath) -> Vec<String> {
         let s = self.lock();
-        let mut pvs: Vec<(i64, &Arc<str>)> = s
+        let mut pvs: Vec<(i64, String, Option<&PvEntry>)> = s
             .by_path
             .get(path)
             .into_iter()
             .flatten()
-            .map(|name| (s.by_pv.get(name).map_or(0, |e| e.created), name))
+            .map(|name| {
+                let entry = s.by_pv.get(&name.as_ref());
+                (entry.map_or(0, |e| e.created), name.to_string(), entry)
+            })
             .collect();
-        pvs.sort();
+        pvs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut out: Vec<String> = Vec::with_capacity(pvs.len());
-        for (_, name) in pvs {
-            let raw = s
-                .by_pv
-                .get(name)
+        for (_, _, entry) in pvs {
+            let raw = entry
                 .and_then(|e| e.raw.as_deref())
                 .map_or_else(|| path.canonical(), str::to_owned);
             if !out.contains(&raw) {
@@ -196,12 +194,13 @@ impl PvIndex {
     ) -> IndexChange {
         let mut s = self.lock();
         let Some(volume) = volume else {
-            return match s.by_pv.remove_entry(name) {
-                Some((name, old)) => forget(&mut s, &name, old.volume),
+            return match s.by_pv.remove(&TextRef::new(name)) {
+                Some(old) => forget(&mut s, name, old.volume),
                 None => IndexChange::default(),
             };
         };
-        if let Some(entry) = s.by_pv.get_mut(name) {
+        let key = TextRef::new(name);
+        if let Some(entry) = s.by_pv.get_mut(&key) {
             if let Some(spelling) = spelling.clone() {
                 (entry.raw, entry.created) = (spelling.raw, spelling.created);
             }
@@ -209,23 +208,23 @@ impl PvIndex {
                 return IndexChange::default();
             }
         }
-        let (name, old, keep) = match s.by_pv.remove_entry(name) {
-            Some((name, old)) => {
+        let (old, keep) = match s.by_pv.remove(&key) {
+            Some(old) => {
                 let keep = Spelling {
                     raw: old.raw.clone(),
                     created: old.created,
                 };
-                let old_path = forget(&mut s, &name, old.volume);
-                (name, old_path, keep)
+                (forget(&mut s, name, old.volume), keep)
             }
-            None => (Arc::from(name), IndexChange::default(), Spelling::default()),
+            None => (IndexChange::default(), Spelling::default()),
         };
+        let key = key.to_owned();
         let Spelling { raw, created } = spelling.unwrap_or(keep);
         let mut change = old;
         let indexed = match volume {
             PvVolume::Valid(path) => {
                 let path = path_intern::intern(path);
-                s.link(&path, &name);
+                s.link(&path, &key);
                 change.touched.push(VolumePath::clone(&path));
                 Indexed::Valid(path)
             }
@@ -235,7 +234,7 @@ impl PvIndex {
             }
         };
         s.by_pv.insert(
-            name,
+            key,
             PvEntry {
                 volume: indexed,
                 raw,
@@ -260,12 +259,12 @@ impl PvIndex {
 
     /// Forgets every PV not in `keep` (after a re-list); returns the touched paths.
     pub fn retain(&self, keep: &HashSet<String>) -> Vec<VolumePath> {
-        let gone: Vec<Arc<str>> = self
+        let gone: Vec<String> = self
             .lock()
             .by_pv
             .keys()
-            .filter(|name| !keep.contains(&***name))
-            .cloned()
+            .map(CompactText::to_string)
+            .filter(|name| !keep.contains(name))
             .collect();
         gone.iter()
             .flat_map(|name| self.remove(name).touched)
@@ -277,7 +276,7 @@ impl PvIndex {
         self.lock()
             .by_path
             .get(path)
-            .map(|names| names.iter().map(|n| n.to_string()).collect())
+            .map(CompactSet::sorted)
             .unwrap_or_default()
     }
 
@@ -286,10 +285,7 @@ impl PvIndex {
         self.lock()
             .by_path
             .iter()
-            .map(|(p, names)| {
-                let names = names.iter().map(|n| n.to_string()).collect();
-                (VolumePath::clone(p), names)
-            })
+            .map(|(p, names)| (VolumePath::clone(p), names.sorted()))
             .collect()
     }
 

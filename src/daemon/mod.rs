@@ -66,7 +66,7 @@ fn cns_backend(
     template.datacenters = settings.datacenters.clone();
     template.request_timeout = args.vc_request_timeout;
     template.task_timeout = args.vc_task_timeout;
-    let probe = source.clone();
+    let probe = crate::credentials::VersionProbe::new(source.clone(), Duration::from_secs(1));
     let options = CnsOptions {
         cluster_distribution: settings.cluster_distribution.clone().unwrap_or_default(),
     };
@@ -91,7 +91,7 @@ fn cns_backend(
     };
     let on_demand: Arc<dyn VolumeBackend> = Arc::new(OnDemandBackend::new(
         connect,
-        move || probe.version(),
+        move || probe.current(),
         crate::backend::on_demand::LoginBackoff::default(),
     ));
     Ok(Arc::new(MeteredBackend::new(on_demand, metrics.clone())))

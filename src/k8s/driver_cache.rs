@@ -7,6 +7,7 @@
 //! wrote earlier.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -17,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::FIELD_MANAGER;
 use crate::backend::VolumeId;
+use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::path_intern;
 use crate::volume_path::VolumePath;
 
@@ -119,9 +121,8 @@ pub fn plan_changes(
             Some(_) => {}
         }
     }
-    let alias_prefix = format!("{}-", id.0);
     for name in existing.keys() {
-        let ours = *name == id.0 || is_alias_of(name, &alias_prefix);
+        let ours = *name == id.0 || alias_target(name) == Some(id.0.as_str());
         if ours && !desired.contains_key(name) {
             changes.push(DriverChange::Delete(name.clone()));
         }
@@ -129,9 +130,11 @@ pub fn plan_changes(
     changes
 }
 
-fn is_alias_of(name: &str, prefix: &str) -> bool {
-    name.strip_prefix(prefix)
-        .is_some_and(|rest| rest.len() == 8 && rest.bytes().all(|b| b.is_ascii_hexdigit()))
+/// The ID an alias object (`<id>-<8 hex>`) is named after; `None` for any other name.
+fn alias_target(name: &str) -> Option<&str> {
+    let (id, suffix) = name.split_at_checked(name.len().checked_sub(9)?)?;
+    let hex = suffix.strip_prefix('-')?;
+    (!id.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
 /// The driver's objects as volmig needs them: by name, and by canonical path (adoption).
@@ -140,38 +143,59 @@ pub struct DriverIndex {
     inner: Mutex<IndexState>,
 }
 
-/// One object, compactly: names and canonical paths are shared between both maps, the raw
-/// path is kept only when it is not canonical, and the ID only when it is not the name (a
-/// primary object is named after its ID). Paths come from [`path_intern`], shared with the
-/// PV index; every handle the index lets go of goes back through [`path_intern::release`].
+/// One object, compactly (24 bytes): names are [`CompactText`] (an ID-named object's name
+/// is 16 bytes), canonical paths are shared between both maps, and what the usual object
+/// does not need sits out of line: the raw path when it is not the canonical one, the ID
+/// when it is not the name (a primary object is named after its ID). Paths come from
+/// [`path_intern`], shared with the PV index; every handle the index lets go of goes back
+/// through [`path_intern::release`].
 struct DriverEntry {
     /// The canonical path; `None` when `volumepath` does not parse.
     path: Option<Arc<VolumePath>>,
-    /// `volumepath` as written, when it is not the canonical path.
-    raw: Option<Box<str>>,
-    volumeid: Option<Box<str>>,
+    unusual: Option<Box<Unusual>>,
     protect: bool,
     /// volmig created it (labelled [`MANAGED_BY`] = `volmig`); else the driver's own.
     ours: bool,
 }
 
+/// What few driver objects have.
+struct Unusual {
+    /// `volumepath` as written, when it is not the canonical path.
+    raw: Option<Box<str>>,
+    /// `volumeid`, when it is not the object's name.
+    volumeid: Option<Box<str>>,
+}
+
 impl DriverEntry {
-    fn volumeid<'a>(&'a self, name: &'a str) -> &'a str {
-        self.volumeid.as_deref().unwrap_or(name)
+    fn own_volumeid(&self) -> Option<&str> {
+        self.unusual.as_ref()?.volumeid.as_deref()
+    }
+
+    fn volumeid(&self, name: &CompactText) -> String {
+        self.own_volumeid()
+            .map_or_else(|| name.to_string(), str::to_owned)
+    }
+
+    fn holds(&self, name: &CompactText, id: &str) -> bool {
+        match self.own_volumeid() {
+            Some(own) => own == id,
+            None => name.is(id),
+        }
     }
 
     fn volumepath(&self) -> &str {
-        match (&self.raw, &self.path) {
+        let raw = self.unusual.as_ref().and_then(|u| u.raw.as_deref());
+        match (raw, &self.path) {
             (Some(raw), _) => raw,
             (None, Some(path)) => path.as_str(),
             (None, None) => "",
         }
     }
 
-    fn spec(&self, name: &str) -> CnsVSphereVolumeMigrationSpec {
+    fn spec(&self, name: &CompactText) -> CnsVSphereVolumeMigrationSpec {
         CnsVSphereVolumeMigrationSpec {
             volumepath: self.volumepath().to_owned(),
-            volumeid: self.volumeid(name).to_owned(),
+            volumeid: self.volumeid(name),
             protectvolumefromvmdelete: self.protect,
         }
     }
@@ -179,15 +203,16 @@ impl DriverEntry {
 
 #[derive(Default)]
 struct IndexState {
-    /// Ordered, so that the objects of one ID (`id`, `id-…`) are one range.
-    by_name: BTreeMap<Arc<str>, DriverEntry>,
-    by_path: HashMap<Arc<VolumePath>, Vec<Arc<str>>>,
+    by_name: hashbrown::HashMap<CompactText, DriverEntry, RandomState>,
+    /// The alias objects (`<id>-<8 hex>`) of each ID that has any.
+    aliases: hashbrown::HashMap<CompactText, CompactSet, RandomState>,
+    by_path: HashMap<Arc<VolumePath>, CompactSet>,
     synced: bool,
 }
 
 impl Drop for IndexState {
     fn drop(&mut self) {
-        for (_, entry) in std::mem::take(&mut self.by_name) {
+        for (_, entry) in self.by_name.drain() {
             if let Some(path) = entry.path {
                 path_intern::release(path);
             }
@@ -211,30 +236,49 @@ impl DriverIndex {
             .ok()
             .map(path_intern::intern);
         let mut s = self.lock();
-        let name = Self::unlink(&mut s, name).unwrap_or_else(|| Arc::from(name));
+        let key = Self::unlink(&mut s, name).unwrap_or_else(|| CompactText::new(name));
         if let Some(path) = &path {
             match s.by_path.get_mut(&**path) {
-                Some(names) => names.push(name.clone()),
+                Some(names) => names.insert(key.clone()),
                 None => {
-                    s.by_path.insert(Arc::clone(path), vec![name.clone()]);
+                    s.by_path
+                        .insert(Arc::clone(path), CompactSet::one(key.clone()));
+                }
+            }
+        }
+        if let Some(id) = alias_target(name) {
+            match s.aliases.get_mut(&TextRef::new(id)) {
+                Some(names) => names.insert(key.clone()),
+                None => {
+                    s.aliases
+                        .insert(CompactText::new(id), CompactSet::one(key.clone()));
                 }
             }
         }
         let canonical = path.as_ref().is_some_and(|p| p.as_str() == spec.volumepath);
-        let entry = DriverEntry {
+        let unusual = Unusual {
             raw: (!canonical).then(|| spec.volumepath.as_str().into()),
+            volumeid: (spec.volumeid != name).then(|| spec.volumeid.as_str().into()),
+        };
+        let entry = DriverEntry {
             path,
-            volumeid: (spec.volumeid != *name).then(|| spec.volumeid.as_str().into()),
+            unusual: (unusual.raw.is_some() || unusual.volumeid.is_some())
+                .then(|| Box::new(unusual)),
             protect: spec.protectvolumefromvmdelete,
             ours,
         };
-        s.by_name.insert(name, entry);
+        s.by_name.insert(key, entry);
     }
 
     /// Records an object volmig just wrote: created by volmig, or an update that keeps
     /// whoever created it.
     pub fn record_written(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, created: bool) {
-        let ours = created || self.lock().by_name.get(name).is_some_and(|e| e.ours);
+        let ours = created
+            || self
+                .lock()
+                .by_name
+                .get(&TextRef::new(name))
+                .is_some_and(|e| e.ours);
         self.upsert(name, spec, ours);
     }
 
@@ -244,31 +288,37 @@ impl DriverIndex {
         Self::unlink(&mut s, name);
     }
 
-    /// Takes object `name` out of both maps; returns its shared name.
-    fn unlink(s: &mut IndexState, name: &str) -> Option<Arc<str>> {
-        let (name, old) = s.by_name.remove_entry(name)?;
+    /// Takes object `name` out of every map; returns its key.
+    fn unlink(s: &mut IndexState, name: &str) -> Option<CompactText> {
+        let (key, old) = s.by_name.remove_entry(&TextRef::new(name))?;
         if let Some(path) = old.path {
-            if let Some(names) = s.by_path.get_mut(&*path) {
-                names.retain(|n| *n != name);
-                if names.is_empty()
-                    && let Some((key, _)) = s.by_path.remove_entry(&*path)
-                {
-                    path_intern::release(key);
-                }
+            if let Some(names) = s.by_path.get_mut(&*path)
+                && names.remove(key.as_ref())
+                && let Some((shared, _)) = s.by_path.remove_entry(&*path)
+            {
+                path_intern::release(shared);
             }
             path_intern::release(path);
         }
-        Some(name)
+        if let Some(id) = alias_target(name) {
+            let id = TextRef::new(id);
+            if let Some(names) = s.aliases.get_mut(&id)
+                && names.remove(key.as_ref())
+            {
+                s.aliases.remove(&id);
+            }
+        }
+        Some(key)
     }
 
     /// Forgets every object not in `keep` (after a re-list).
     pub fn retain(&self, keep: &std::collections::HashSet<String>) {
-        let gone: Vec<Arc<str>> = self
+        let gone: Vec<String> = self
             .lock()
             .by_name
             .keys()
-            .filter(|n| !keep.contains(&***n))
-            .cloned()
+            .map(CompactText::to_string)
+            .filter(|n| !keep.contains(n))
             .collect();
         for name in gone {
             self.remove(&name);
@@ -294,25 +344,25 @@ impl DriverIndex {
             .get(path)
             .into_iter()
             .flatten()
-            .filter_map(|n| s.by_name.get(n).map(|e| (n, e)))
+            .filter_map(|n| s.by_name.get(&n.as_ref()).map(|e| (n, e)))
             .filter(|(_, e)| !e.ours)
-            .map(|(n, e)| VolumeId(e.volumeid(n).to_owned()))
+            .map(|(n, e)| VolumeId(e.volumeid(n)))
             .collect();
         ids.sort();
         ids.dedup();
         ids
     }
 
-    /// The objects named after `id` (its primary and its aliases): one range of the
-    /// ordered names, so a full sync over every mapping stays linear.
+    /// The objects named after `id` (its primary and its aliases): two lookups, so a full
+    /// sync over every mapping stays linear.
     pub fn objects_of(&self, id: &VolumeId) -> BTreeMap<String, CnsVSphereVolumeMigrationSpec> {
-        let prefix = format!("{}-", id.0);
-        let start: Arc<str> = Arc::from(id.0.as_str());
-        self.lock()
-            .by_name
-            .range(start..)
-            .take_while(|(n, _)| n.starts_with(&id.0))
-            .filter(|(n, _)| ***n == id.0 || is_alias_of(n, &prefix))
+        let s = self.lock();
+        let id = TextRef::new(&id.0);
+        let aliases = s.aliases.get(&id).into_iter().flatten();
+        s.by_name
+            .get_key_value(&id)
+            .into_iter()
+            .chain(aliases.filter_map(|n| s.by_name.get_key_value(&n.as_ref())))
             .map(|(n, e)| (n.to_string(), e.spec(n)))
             .collect()
     }
@@ -327,8 +377,8 @@ impl DriverIndex {
             .flatten()
             .filter(|n| {
                 s.by_name
-                    .get(*n)
-                    .is_some_and(|e| e.ours && e.volumeid(n) != id.0)
+                    .get(&n.as_ref())
+                    .is_some_and(|e| e.ours && !e.holds(n, &id.0))
             })
             .map(|n| n.to_string())
             .collect()

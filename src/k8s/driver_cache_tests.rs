@@ -132,6 +132,38 @@ fn objects_of_an_id_are_its_primary_and_aliases_only() {
         vec![id().0, object_name(&id(), "[ds]  a.vmdk", false)],
         "an ID that merely starts with this one, and foreign names, are not its objects"
     );
+    let alias = object_name(&id(), "[ds]  a.vmdk", false);
+    index.upsert(&alias, &spec("[ds]  a.vmdk", false), false);
+    assert_eq!(
+        index.objects_of(&id()).len(),
+        2,
+        "an update is no second alias"
+    );
+    index.remove(&alias);
+    assert_eq!(
+        index.objects_of(&id()).into_keys().collect::<Vec<_>>(),
+        [id().0]
+    );
+    assert!(
+        index.lock().aliases.is_empty(),
+        "an ID whose last alias left has no alias entry"
+    );
+}
+
+#[test]
+fn alias_targets_are_names_less_a_dash_and_eight_hex_digits() {
+    for (name, target) in [
+        ("abc-0123abcd", Some("abc")),
+        ("abc-0123abc", None),
+        ("abc_0123abcd", None),
+        ("-0123abcd", None),
+        ("abc-0123abcg", None),
+        ("x-0123abcd-0123abcd", Some("x-0123abcd")),
+        ("ünï-0123abcd", Some("ünï")),
+        ("ü", None),
+    ] {
+        assert_eq!(alias_target(name), target, "{name}");
+    }
 }
 
 #[test]

@@ -89,7 +89,12 @@ impl Events {
         publish_with(&recorder, &vm.object_ref(&()), type_, reason, note).await;
     }
 
-    /// An Event on the PersistentVolume `name`.
+    /// An Event on the PersistentVolume `name`. PVs get one Event per registration (and
+    /// one per invalid path), nothing that repeats, so nothing is folded: each is published
+    /// through a recorder of its own. The shared recorder keeps every Event it published in
+    /// the last six minutes and walks them all on each publish; during a migration that
+    /// would be one per PV (tens of thousands, a megabyte per thousand, and a walk over all
+    /// of them per registration).
     pub async fn on_pv(&self, name: &str, type_: EventType, reason: &str, note: String) {
         let target = ObjectReference {
             api_version: Some("v1".into()),
@@ -97,7 +102,8 @@ impl Events {
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        self.publish(&target, type_, reason, note).await;
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        publish_with(&recorder, &target, type_, reason, note).await;
     }
 }
 
@@ -117,5 +123,78 @@ async fn publish_with(
     };
     if let Err(e) = recorder.publish(&event, target).await {
         warn!(object = ?target.name, reason, error = %e, "could not publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+
+    /// Serves `requests` Event writes, answering each with the body it was sent; returns
+    /// "METHOD path" of each.
+    async fn serve(
+        mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+        requests: usize,
+    ) -> Vec<String> {
+        let mut seen = Vec::new();
+        for _ in 0..requests {
+            let (request, send) = handle.next_request().await.expect("a request");
+            seen.push(format!("{} {}", request.method(), request.uri().path()));
+            let body = request.into_body().collect_bytes().await.expect("a body");
+            send.send_response(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from(body.to_vec()))
+                    .expect("response"),
+            );
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn pv_events_are_never_folded_migration_events_are() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let events = Events::new(kube::Client::new(service, "default"), "volmig-0");
+        let server = tokio::spawn(serve(handle, 4));
+        for _ in 0..2 {
+            events
+                .on_pv(
+                    "pv-1",
+                    EventType::Normal,
+                    reason::REGISTERED,
+                    "registered".into(),
+                )
+                .await;
+        }
+        let spec =
+            serde_json::from_value(serde_json::json!({"volumePath": "[ds] a.vmdk"})).expect("spec");
+        let vm = VolumeMigration::new("vm-1", spec);
+        for _ in 0..2 {
+            events
+                .on_migration(
+                    &vm,
+                    EventType::Warning,
+                    reason::REGISTRATION_FAILED,
+                    "x".into(),
+                )
+                .await;
+        }
+        let seen = server.await.expect("server");
+        let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
+        assert_eq!(
+            seen[..3],
+            [
+                format!("POST {events_path}"),
+                format!("POST {events_path}"),
+                format!("POST {events_path}")
+            ]
+        );
+        assert!(
+            seen[3].starts_with(&format!("PATCH {events_path}/")),
+            "the second migration Event is a count on the first: {seen:?}"
+        );
     }
 }

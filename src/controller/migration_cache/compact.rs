@@ -11,85 +11,17 @@ use kube::api::ObjectMeta;
 use crate::api::{
     FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
 };
+use crate::compact_text::CompactText as Token;
 use crate::controller::full_sync::MigrationRecord;
 use crate::path_intern;
 use crate::volume_path::VolumePath;
-
-/// A string as the API server sent it, kept as 16 bytes when it is a lowercase UUID or a
-/// decimal number without leading zeros (both spell back exactly), as text otherwise.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Token {
-    Uuid([u8; 16]),
-    Number(u64),
-    Text(Box<str>),
-}
-
-impl Token {
-    pub(super) fn new(text: &str) -> Self {
-        if let Some(bytes) = parse_uuid(text) {
-            return Self::Uuid(bytes);
-        }
-        match text.parse::<u64>() {
-            Ok(n) if n.to_string() == text => Self::Number(n),
-            _ => Self::Text(text.into()),
-        }
-    }
-
-    pub(super) fn spell(&self) -> String {
-        match self {
-            Self::Uuid(bytes) => spell_uuid(bytes),
-            Self::Number(n) => n.to_string(),
-            Self::Text(text) => text.to_string(),
-        }
-    }
-}
-
-const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
-
-fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let raw = text.as_bytes();
-    if raw.len() != 36 || UUID_DASHES.iter().any(|&i| raw[i] != b'-') {
-        return None;
-    }
-    let mut digits = raw
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !UUID_DASHES.contains(i));
-    let mut out = [0u8; 16];
-    for byte in &mut out {
-        let (_, &hi) = digits.next()?;
-        let (_, &lo) = digits.next()?;
-        *byte = (lower_hex(hi)? << 4) | lower_hex(lo)?;
-    }
-    Some(out)
-}
-
-fn lower_hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    }
-}
-
-fn spell_uuid(bytes: &[u8; 16]) -> String {
-    let hex = hex::encode(bytes);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
-}
 
 fn token(text: Option<&String>) -> Option<Token> {
     text.map(|t| Token::new(t))
 }
 
 fn spell(token: Option<&Token>) -> Option<String> {
-    token.map(Token::spell)
+    token.map(Token::to_string)
 }
 
 /// The spec path. Every object volmig creates spells it canonically and is named after it:
@@ -163,6 +95,30 @@ impl Drop for SharedPath {
     }
 }
 
+/// `status.persistentVolumes` as written (order and repeats kept): one name inline, the
+/// usual case, or a list.
+#[derive(Debug)]
+enum PvNames {
+    One(Token),
+    Many(Box<[Token]>),
+}
+
+impl PvNames {
+    fn new(pvs: &[String]) -> Self {
+        match pvs {
+            [one] => Self::One(Token::new(one)),
+            many => Self::Many(many.iter().map(|pv| Token::new(pv)).collect()),
+        }
+    }
+
+    fn spell(&self) -> Vec<String> {
+        match self {
+            Self::One(pv) => vec![pv.to_string()],
+            Self::Many(pvs) => pvs.iter().map(Token::to_string).collect(),
+        }
+    }
+}
+
 /// What few objects have: kept out of line so that a Registered object does not pay for it.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Rare {
@@ -176,8 +132,75 @@ struct Rare {
     next_retry_time: Option<Time>,
     duplicate_volume_ids: Option<Vec<String>>,
     registering_token: Option<String>,
+    /// The numbers, when one of them does not fit [`Numbers`].
+    wide_numbers: Option<WideNumbers>,
     /// The status is present but empty of everything kept inline.
     empty_status: bool,
+}
+
+/// `metadata.generation`, `status.persistentVolumeCount`, `status.attempts`,
+/// `status.observedGeneration` and `status.registeredTime`, as the API server sent them.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct WideNumbers {
+    generation: Option<i64>,
+    pv_count: Option<u64>,
+    attempts: Option<u32>,
+    observed_generation: Option<i64>,
+    registered_time: Option<Time>,
+}
+
+/// [`WideNumbers`] in 32 bytes: every count as 4 bytes and the time as whole seconds, with
+/// a presence bit each. Objects whose numbers do not fit keep them in [`Rare`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Numbers {
+    registered_second: i64,
+    counts: [u32; 4],
+    present: u8,
+}
+
+impl Numbers {
+    const TIME: u8 = 1 << 4;
+
+    fn pack(wide: &WideNumbers) -> Option<Self> {
+        let mut numbers = Self::default();
+        let counts = [
+            wide.generation.map(u32::try_from),
+            wide.pv_count.map(u32::try_from),
+            wide.attempts.map(Ok),
+            wide.observed_generation.map(u32::try_from),
+        ];
+        for (i, count) in counts.into_iter().enumerate() {
+            if let Some(count) = count {
+                numbers.counts[i] = count.ok()?;
+                numbers.present |= 1 << i;
+            }
+        }
+        if let Some(time) = &wide.registered_time {
+            if time.0.subsec_nanosecond() != 0 {
+                return None;
+            }
+            numbers.registered_second = time.0.as_second();
+            numbers.present |= Self::TIME;
+        }
+        Some(numbers)
+    }
+
+    fn count(&self, i: usize) -> Option<u32> {
+        (self.present & (1 << i) != 0).then_some(self.counts[i])
+    }
+
+    fn unpack(&self) -> WideNumbers {
+        WideNumbers {
+            generation: self.count(0).map(i64::from),
+            pv_count: self.count(1).map(u64::from),
+            attempts: self.count(2),
+            observed_generation: self.count(3).map(i64::from),
+            registered_time: (self.present & Self::TIME != 0)
+                .then(|| jiff::Timestamp::from_second(self.registered_second).ok())
+                .flatten()
+                .map(Time),
+        }
+    }
 }
 
 /// The compact form of one stripped VolumeMigration (its name is the cache's key).
@@ -185,19 +208,15 @@ struct Rare {
 pub(super) struct CompactMigration {
     uid: Option<Token>,
     resource_version: Option<Token>,
-    pub(super) generation: Option<i64>,
     pub(super) spec_path: SpecPath,
     /// Finalizers are exactly `[FINALIZER]`.
     ours_only: bool,
     phase: Option<Phase>,
     volume_id: Option<Token>,
     disk_uuid: Option<Token>,
-    pvs: Option<Box<[Box<str>]>>,
-    pv_count: Option<u64>,
-    attempts: Option<u32>,
-    registered_time: Option<Time>,
+    pvs: Option<PvNames>,
+    numbers: Numbers,
     protected: Option<bool>,
-    observed_generation: Option<i64>,
     rare: Option<Box<Rare>>,
 }
 
@@ -238,26 +257,36 @@ impl CompactMigration {
             duplicate_volume_ids: status.and_then(|s| s.duplicate_volume_ids.clone()),
             registering_token: status.and_then(|s| s.registering_token.clone()),
             empty_status: inline_status_empty,
+            wide_numbers: None,
+        };
+        let wide = WideNumbers {
+            generation: meta.generation,
+            pv_count: status.and_then(|s| s.persistent_volume_count),
+            attempts: status.and_then(|s| s.attempts),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            registered_time: status.and_then(|s| s.registered_time.clone()),
+        };
+        let (numbers, rare) = match Numbers::pack(&wide) {
+            Some(numbers) => (numbers, rare),
+            None => (
+                Numbers::default(),
+                Rare {
+                    wide_numbers: Some(wide),
+                    ..rare
+                },
+            ),
         };
         Self {
             uid: token(meta.uid.as_ref()),
             resource_version: token(meta.resource_version.as_ref()),
-            generation: meta.generation,
             spec_path: SpecPath::new(&vm.spec.volume_path, name),
             ours_only,
             phase: status.and_then(|s| s.phase),
             volume_id: token(status.and_then(|s| s.volume_id.as_ref())),
             disk_uuid: token(status.and_then(|s| s.disk_uuid.as_ref())),
-            pvs: status.and_then(|s| {
-                s.persistent_volumes
-                    .as_ref()
-                    .map(|pvs| pvs.iter().map(|pv| pv.as_str().into()).collect())
-            }),
-            pv_count: status.and_then(|s| s.persistent_volume_count),
-            attempts: status.and_then(|s| s.attempts),
-            registered_time: status.and_then(|s| s.registered_time.clone()),
+            pvs: status.and_then(|s| s.persistent_volumes.as_ref().map(|pvs| PvNames::new(pvs))),
+            numbers,
             protected: status.and_then(|s| s.protected_from_vm_delete),
-            observed_generation: status.and_then(|s| s.observed_generation),
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
         }
     }
@@ -274,6 +303,19 @@ impl CompactMigration {
         matches!(self.spec_path, SpecPath::Named(_))
     }
 
+    /// The object's numbers, wherever they are kept.
+    fn numbers(&self) -> WideNumbers {
+        match self.rare.as_deref().and_then(|r| r.wide_numbers.clone()) {
+            Some(wide) => wide,
+            None => self.numbers.unpack(),
+        }
+    }
+
+    /// `metadata.generation`.
+    pub(super) fn generation(&self) -> Option<i64> {
+        self.numbers().generation
+    }
+
     fn rare(&self) -> &Rare {
         static NONE: std::sync::OnceLock<Rare> = std::sync::OnceLock::new();
         self.rare
@@ -286,11 +328,14 @@ impl CompactMigration {
             || self.volume_id.is_some()
             || self.disk_uuid.is_some()
             || self.pvs.is_some()
-            || self.pv_count.is_some()
-            || self.attempts.is_some()
-            || self.registered_time.is_some()
             || self.protected.is_some()
-            || self.observed_generation.is_some()
+            || {
+                let n = self.numbers();
+                n.pv_count.is_some()
+                    || n.attempts.is_some()
+                    || n.registered_time.is_some()
+                    || n.observed_generation.is_some()
+            }
             || self.rare.as_deref().is_some_and(|r| {
                 r.empty_status
                     || r.last_error.is_some()
@@ -311,11 +356,7 @@ impl CompactMigration {
             path: self.spec_path.named_path(name),
             phase: self.phase,
             volume_id: spell(self.volume_id.as_ref()),
-            pvs: self
-                .pvs
-                .as_ref()
-                .map(|pvs| pvs.iter().map(|pv| pv.to_string()).collect())
-                .unwrap_or_default(),
+            pvs: self.pvs.as_ref().map(PvNames::spell).unwrap_or_default(),
             duplicates,
             protected: self.protected == Some(true),
             deleting: self.rare().deletion_timestamp.is_some(),
@@ -325,23 +366,21 @@ impl CompactMigration {
     /// The object `strip_for_cache` would have left, rebuilt.
     pub(super) fn to_object(&self, name: &str) -> VolumeMigration {
         let rare = self.rare();
+        let numbers = self.numbers();
         let status = self.has_status().then(|| VolumeMigrationStatus {
             phase: self.phase,
             volume_id: spell(self.volume_id.as_ref()),
             disk_uuid: spell(self.disk_uuid.as_ref()),
-            persistent_volumes: self
-                .pvs
-                .as_ref()
-                .map(|pvs| pvs.iter().map(|pv| pv.to_string()).collect()),
-            persistent_volume_count: self.pv_count,
-            attempts: self.attempts,
+            persistent_volumes: self.pvs.as_ref().map(PvNames::spell),
+            persistent_volume_count: numbers.pv_count,
+            attempts: numbers.attempts,
             last_error: rare.last_error.clone(),
             next_retry_time: rare.next_retry_time.clone(),
-            registered_time: self.registered_time.clone(),
+            registered_time: numbers.registered_time.clone(),
             duplicate_volume_ids: rare.duplicate_volume_ids.clone(),
             registering_token: rare.registering_token.clone(),
             protected_from_vm_delete: self.protected,
-            observed_generation: self.observed_generation,
+            observed_generation: numbers.observed_generation,
             conditions: None,
         });
         VolumeMigration {
@@ -356,7 +395,7 @@ impl CompactMigration {
                     rare.finalizers.clone()
                 },
                 generate_name: None,
-                generation: self.generation,
+                generation: numbers.generation,
                 labels: None,
                 managed_fields: None,
                 name: Some(name.to_owned()),

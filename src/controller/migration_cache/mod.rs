@@ -196,7 +196,7 @@ impl MigrationCache {
     pub fn generation(&self, name: &str) -> Option<i64> {
         self.read()
             .find(name)
-            .and_then(|slot| slot.object.generation)
+            .and_then(|slot| slot.object.generation())
     }
 
     /// True when the object `name` exists and tracks `path` (its spec path canonicalizes
