@@ -13,9 +13,10 @@
 //! dropped without [`release`] leave their entry behind until [`sweep`]. Handles must not
 //! be downgraded to `Weak`: upgrading one would clone outside the lock.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
+use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::volume_path::VolumePath;
 
 /// The interned paths. A leaf lock: nothing else is locked or called while it is held, so
@@ -86,6 +87,59 @@ pub fn len() -> usize {
 /// True when no path is interned.
 pub fn is_empty() -> bool {
     len() == 0
+}
+
+/// The names of the objects that reference each path (usually one), keyed by interned
+/// handles: what the PV index and the driver-cache index both keep. A path's handle goes
+/// back through [`release`] when its last name is unlinked or the map is dropped.
+#[derive(Default)]
+pub struct NamesByPath(HashMap<Arc<VolumePath>, CompactSet>);
+
+impl NamesByPath {
+    /// Adds `name` to the names of `path` (an interned handle, cloned for a new key).
+    pub fn link(&mut self, path: &Arc<VolumePath>, name: &CompactText) {
+        match self.0.get_mut(&**path) {
+            Some(names) => names.insert(name.clone()),
+            None => {
+                self.0
+                    .insert(Arc::clone(path), CompactSet::one(name.clone()));
+            }
+        }
+    }
+
+    /// Takes `name` out of the names of `path`; a path left with none is forgotten.
+    pub fn unlink(&mut self, path: &VolumePath, name: TextRef<'_>) {
+        if let Some(names) = self.0.get_mut(path)
+            && names.remove(name)
+            && let Some((key, _)) = self.0.remove_entry(path)
+        {
+            release(key);
+        }
+    }
+
+    /// The names of `path`.
+    pub fn get(&self, path: &VolumePath) -> Option<&CompactSet> {
+        self.0.get(path)
+    }
+
+    /// Every path with its names.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<VolumePath>, &CompactSet)> {
+        self.0.iter()
+    }
+
+    /// The handle kept for `path` (for tests of the indexes).
+    #[cfg(test)]
+    pub(crate) fn handle(&self, path: &VolumePath) -> Option<&Arc<VolumePath>> {
+        self.0.get_key_value(path).map(|(key, _)| key)
+    }
+}
+
+impl Drop for NamesByPath {
+    fn drop(&mut self) {
+        for (path, _) in self.0.drain() {
+            release(path);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
 //! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use crate::compact_text::{CompactSet, CompactText, TextRef};
-use crate::path_intern;
+use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::{PathError, VolumePath};
 
 /// Annotation set on in-tree PVs handled by the CSI migration.
@@ -94,31 +94,10 @@ impl Indexed {
 struct State {
     by_pv: hashbrown::HashMap<CompactText, PvEntry, RandomState>,
     /// The PVs of each valid path (usually one).
-    by_path: HashMap<Arc<VolumePath>, CompactSet>,
+    by_path: NamesByPath,
     /// PVs with an invalid path not yet reported with a Warning Event.
     unreported_invalid: BTreeMap<String, PathError>,
     synced: bool,
-}
-
-impl State {
-    fn link(&mut self, path: &Arc<VolumePath>, name: &CompactText) {
-        match self.by_path.get_mut(&**path) {
-            Some(names) => names.insert(name.clone()),
-            None => {
-                self.by_path
-                    .insert(Arc::clone(path), CompactSet::one(name.clone()));
-            }
-        }
-    }
-
-    fn unlink(&mut self, path: &VolumePath, name: &str) {
-        if let Some(names) = self.by_path.get_mut(path)
-            && names.remove(TextRef::new(name))
-            && let Some((key, _)) = self.by_path.remove_entry(path)
-        {
-            path_intern::release(key);
-        }
-    }
 }
 
 impl Drop for State {
@@ -127,9 +106,6 @@ impl Drop for State {
             if let Indexed::Valid(path) = entry.volume {
                 path_intern::release(path);
             }
-        }
-        for (path, _) in self.by_path.drain() {
-            path_intern::release(path);
         }
     }
 }
@@ -224,7 +200,7 @@ impl PvIndex {
         let indexed = match volume {
             PvVolume::Valid(path) => {
                 let path = path_intern::intern(path);
-                s.link(&path, &key);
+                s.by_path.link(&path, &key);
                 change.touched.push(VolumePath::clone(&path));
                 Indexed::Valid(path)
             }
@@ -315,7 +291,7 @@ fn forget(s: &mut State, name: &str, old: Indexed) -> IndexChange {
     s.unreported_invalid.remove(name);
     match old {
         Indexed::Valid(path) => {
-            s.unlink(&path, name);
+            s.by_path.unlink(&path, TextRef::new(name));
             let touched = vec![VolumePath::clone(&path)];
             path_intern::release(path);
             IndexChange { touched }
@@ -399,7 +375,7 @@ mod tests {
         index.upsert("pv-a", valid(x));
         index.upsert("pv-b", valid(x));
         assert!(
-            path_intern::is_interned(index.lock().by_path.get_key_value(&path(x)).unwrap().0),
+            path_intern::is_interned(index.lock().by_path.handle(&path(x)).unwrap()),
             "the index holds the interned path"
         );
         index.upsert("pv-b", valid(y));

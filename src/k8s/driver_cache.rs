@@ -6,7 +6,7 @@
 //! and per raw spelling, so that the miss never happens, and adopts from objects the driver
 //! wrote earlier.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::api::FIELD_MANAGER;
 use crate::backend::VolumeId;
 use crate::compact_text::{CompactSet, CompactText, TextRef};
-use crate::path_intern;
+use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::VolumePath;
 
 /// The driver's object: one cached mapping. Field names are lower-case, as the driver's
@@ -206,7 +206,7 @@ struct IndexState {
     by_name: hashbrown::HashMap<CompactText, DriverEntry, RandomState>,
     /// The alias objects (`<id>-<8 hex>`) of each ID that has any.
     aliases: hashbrown::HashMap<CompactText, CompactSet, RandomState>,
-    by_path: HashMap<Arc<VolumePath>, CompactSet>,
+    by_path: NamesByPath,
     synced: bool,
 }
 
@@ -216,9 +216,6 @@ impl Drop for IndexState {
             if let Some(path) = entry.path {
                 path_intern::release(path);
             }
-        }
-        for (path, _) in self.by_path.drain() {
-            path_intern::release(path);
         }
     }
 }
@@ -238,13 +235,7 @@ impl DriverIndex {
         let mut s = self.lock();
         let key = Self::unlink(&mut s, name).unwrap_or_else(|| CompactText::new(name));
         if let Some(path) = &path {
-            match s.by_path.get_mut(&**path) {
-                Some(names) => names.insert(key.clone()),
-                None => {
-                    s.by_path
-                        .insert(Arc::clone(path), CompactSet::one(key.clone()));
-                }
-            }
+            s.by_path.link(path, &key);
         }
         if let Some(id) = alias_target(name) {
             match s.aliases.get_mut(&TextRef::new(id)) {
@@ -292,12 +283,7 @@ impl DriverIndex {
     fn unlink(s: &mut IndexState, name: &str) -> Option<CompactText> {
         let (key, old) = s.by_name.remove_entry(&TextRef::new(name))?;
         if let Some(path) = old.path {
-            if let Some(names) = s.by_path.get_mut(&*path)
-                && names.remove(key.as_ref())
-                && let Some((shared, _)) = s.by_path.remove_entry(&*path)
-            {
-                path_intern::release(shared);
-            }
+            s.by_path.unlink(&path, key.as_ref());
             path_intern::release(path);
         }
         if let Some(id) = alias_target(name) {

@@ -192,7 +192,7 @@ fn paths_are_interned_and_every_handle_is_given_back() {
     index.upsert("primary", &spec(x, true), false);
     index.upsert("alias", &spec("[driver-intern]  x.vmdk", true), false);
     assert!(
-        path_intern::is_interned(index.lock().by_path.get_key_value(&path(x)).unwrap().0),
+        path_intern::is_interned(index.lock().by_path.handle(&path(x)).unwrap()),
         "the index holds the interned path"
     );
     index.upsert("primary", &spec(x, false), false);

@@ -62,6 +62,19 @@ impl Events {
         publish_with(&self.recorder, target, type_, reason, note).await;
     }
 
+    /// Publishes through a recorder of its own, which has no memory of earlier Events to
+    /// fold this one into.
+    async fn publish_unfolded(
+        &self,
+        target: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        publish_with(&recorder, target, type_, reason, note).await;
+    }
+
     /// An Event on a VolumeMigration.
     pub async fn on_migration(
         &self,
@@ -84,14 +97,12 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        // A recorder of its own has no memory of earlier Events to fold this one into.
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        publish_with(&recorder, &vm.object_ref(&()), type_, reason, note).await;
+        self.publish_unfolded(&vm.object_ref(&()), type_, reason, note)
+            .await;
     }
 
     /// An Event on the PersistentVolume `name`. PVs get one Event per registration (and
-    /// one per invalid path), nothing that repeats, so nothing is folded: each is published
-    /// through a recorder of its own. The shared recorder keeps every Event it published in
+    /// one per invalid path), nothing that repeats, so nothing is folded. The shared recorder keeps every Event it published in
     /// the last six minutes and walks them all on each publish; during a migration that
     /// would be one per PV (tens of thousands, a megabyte per thousand, and a walk over all
     /// of them per registration).
@@ -102,8 +113,7 @@ impl Events {
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        publish_with(&recorder, &target, type_, reason, note).await;
+        self.publish_unfolded(&target, type_, reason, note).await;
     }
 }
 
