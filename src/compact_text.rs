@@ -1,7 +1,8 @@
 //! Identifiers as the API server and vCenter spell them, kept in the fewest bytes that
-//! still spell back exactly: a lowercase UUID (volume IDs, disk UUIDs, uids), a PV name
-//! `pvc-<uuid>` or a decimal number without leading zeros (resourceVersions) is a 16-byte
-//! value, anything else is text. volmig keeps a handful per tracked volume, 100k volumes in
+//! still spell back exactly: a lowercase UUID (volume IDs, uids), a PV name `pvc-<uuid>`, a
+//! disk UUID as vCenter writes it (`60 00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40`, hex
+//! digits in either case) or a decimal number without leading zeros (resourceVersions) is
+//! a 16-byte value, anything else is text. volmig keeps a handful per tracked volume, 100k volumes in
 //! a large cluster, so the 40 to 60 bytes a string costs (allocation included) add up.
 //!
 //! A text maps to exactly one [`CompactText`] (the parse is the only way to build one), so
@@ -21,11 +22,17 @@ pub enum CompactText {
     Uuid([u8; 16]),
     /// `pvc-` followed by a lowercase UUID.
     PvcUuid([u8; 16]),
+    /// A disk UUID in vCenter's spelling: 16 bytes, which hex digits are uppercase.
+    DiskUuid([u8; 16], UpperDigits),
     /// A decimal number without leading zeros.
     Number(u64),
     /// Anything else, as written.
     Text(Box<str>),
 }
+
+/// Which of the 32 hex digits of a [`CompactText::DiskUuid`] are written uppercase (bit
+/// `i` for digit `i`; never set for a decimal digit, so a text has one value).
+pub type UpperDigits = u32;
 
 /// A borrowed identifier in the same shape as [`CompactText`]: what lookups in maps keyed
 /// by [`CompactText`] take.
@@ -35,6 +42,8 @@ pub enum TextRef<'a> {
     Uuid([u8; 16]),
     /// `pvc-` followed by a lowercase UUID.
     PvcUuid([u8; 16]),
+    /// A disk UUID in vCenter's spelling.
+    DiskUuid([u8; 16], UpperDigits),
     /// A decimal number without leading zeros.
     Number(u64),
     /// Anything else.
@@ -50,6 +59,9 @@ impl<'a> TextRef<'a> {
         if let Some(bytes) = text.strip_prefix(PVC_PREFIX).and_then(parse_uuid) {
             return Self::PvcUuid(bytes);
         }
+        if let Some((bytes, upper)) = parse_disk_uuid(text) {
+            return Self::DiskUuid(bytes, upper);
+        }
         match text.parse::<u64>() {
             Ok(n) if !text.starts_with(['+', '0']) || text == "0" => Self::Number(n),
             _ => Self::Text(text),
@@ -61,6 +73,7 @@ impl<'a> TextRef<'a> {
         match self {
             Self::Uuid(bytes) => CompactText::Uuid(bytes),
             Self::PvcUuid(bytes) => CompactText::PvcUuid(bytes),
+            Self::DiskUuid(bytes, upper) => CompactText::DiskUuid(bytes, upper),
             Self::Number(n) => CompactText::Number(n),
             Self::Text(text) => CompactText::Text(text.into()),
         }
@@ -78,6 +91,7 @@ impl CompactText {
         match self {
             Self::Uuid(bytes) => TextRef::Uuid(*bytes),
             Self::PvcUuid(bytes) => TextRef::PvcUuid(*bytes),
+            Self::DiskUuid(bytes, upper) => TextRef::DiskUuid(*bytes, *upper),
             Self::Number(n) => TextRef::Number(*n),
             Self::Text(text) => TextRef::Text(text),
         }
@@ -109,6 +123,7 @@ impl fmt::Display for TextRef<'_> {
                 f.write_str(PVC_PREFIX)?;
                 write_uuid(f, bytes)
             }
+            Self::DiskUuid(bytes, upper) => write_disk_uuid(f, bytes, *upper),
             Self::Number(n) => write!(f, "{n}"),
             Self::Text(text) => f.write_str(text),
         }
@@ -126,6 +141,11 @@ impl fmt::Debug for CompactText {
         write!(f, "{:?}", self.to_string())
     }
 }
+
+/// A set of names without an allocation per name (for a `pvc-<uuid>` or a UUID): what a
+/// watcher collects during a re-list to learn which objects are gone. A set of `String`s
+/// would leave 100,000 small holes among the indexes' long-lived allocations once freed.
+pub type NameSet = hashbrown::HashSet<CompactText, std::hash::RandomState>;
 
 /// A set of identifiers that usually holds one (the PVs of a path, the objects of a
 /// path): that one inline, more in a boxed slice (rebuilt on change: sets of more than one
@@ -224,6 +244,68 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// Length of vCenter's disk UUID spelling: 16 two-digit groups and 15 separators.
+const DISK_UUID_LEN: usize = 47;
+
+/// The separator after byte `i` of a disk UUID (`-` between the two halves).
+fn disk_uuid_separator(i: usize) -> u8 {
+    if i == 7 { b'-' } else { b' ' }
+}
+
+/// `hh hh hh hh hh hh hh hh-hh hh hh hh hh hh hh hh`, hex digits in either case.
+fn parse_disk_uuid(text: &str) -> Option<([u8; 16], UpperDigits)> {
+    let raw = text.as_bytes();
+    if raw.len() != DISK_UUID_LEN {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut upper: UpperDigits = 0;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let at = i * 3;
+        if i < 15 && raw[at + 2] != disk_uuid_separator(i) {
+            return None;
+        }
+        let mut value = 0;
+        for (j, &c) in raw[at..at + 2].iter().enumerate() {
+            let (digit, is_upper) = match c {
+                b'A'..=b'F' => (c - b'A' + 10, true),
+                _ => (lower_hex(c)?, false),
+            };
+            value = (value << 4) | digit;
+            if is_upper {
+                upper |= 1 << (i * 2 + j);
+            }
+        }
+        *byte = value;
+    }
+    Some((out, upper))
+}
+
+fn write_disk_uuid(
+    f: &mut fmt::Formatter<'_>,
+    bytes: &[u8; 16],
+    upper: UpperDigits,
+) -> fmt::Result {
+    const LOWER: &[u8; 16] = b"0123456789abcdef";
+    const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = [0u8; DISK_UUID_LEN];
+    for (i, byte) in bytes.iter().enumerate() {
+        for (j, nibble) in [byte >> 4, byte & 0xf].into_iter().enumerate() {
+            let digits = if upper & (1 << (i * 2 + j)) != 0 {
+                UPPER
+            } else {
+                LOWER
+            };
+            out[i * 3 + j] = digits[usize::from(nibble)];
+        }
+        if i < 15 {
+            out[i * 3 + 2] = disk_uuid_separator(i);
+        }
+    }
+    // Only ASCII was written.
+    f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
+}
+
 fn lower_hex(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
@@ -263,11 +345,29 @@ mod tests {
             ("pvc-0a1b2c3d", "Text"),
             ("pv-static-01", "Text"),
             ("0a1b2c3d-0000-4000-8000-00000000002a-1a2b3c4d", "Text"),
+            (
+                "60 00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40",
+                "DiskUuid",
+            ),
+            (
+                "60 00 c2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40",
+                "DiskUuid",
+            ),
+            (
+                "60 00 C2 9E A7 E8 26 9C-7D 20 45 4C 72 2A AF 40",
+                "DiskUuid",
+            ),
+            ("60 00 C2 9e a7 e8 26 9c 7d 20 45 4c 72 2a af 40", "Text"),
+            ("60 00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 4g", "Text"),
+            ("60-00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40", "Text"),
+            ("60 00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40 ", "Text"),
+            ("6000C29ea7e8269c7d20454c722aaf40", "Text"),
         ] {
             let compact = CompactText::new(text);
             let got = match compact {
                 CompactText::Uuid(_) => "Uuid",
                 CompactText::PvcUuid(_) => "PvcUuid",
+                CompactText::DiskUuid(..) => "DiskUuid",
                 CompactText::Number(_) => "Number",
                 CompactText::Text(_) => "Text",
             };
@@ -321,7 +421,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn any_text_round_trips_and_compares_as_text(a in "[0-9a-fp\\-cv+]{0,44}", b in "[0-9a-fp\\-cv+]{0,44}") {
+        fn any_text_round_trips_and_compares_as_text(a in "[0-9a-fA-Fp\\-cv+ ]{0,48}", b in "[0-9a-fA-Fp\\-cv+ ]{0,48}") {
             let (ca, cb) = (CompactText::new(&a), CompactText::new(&b));
             prop_assert_eq!(ca.to_string(), a.clone());
             prop_assert_eq!(ca == cb, a == b);
@@ -335,6 +435,29 @@ mod tests {
             prop_assert_eq!(CompactText::new(&text), CompactText::Uuid(bytes));
             let pvc = format!("pvc-{text}");
             prop_assert_eq!(CompactText::new(&pvc), CompactText::PvcUuid(bytes));
+        }
+
+        #[test]
+        fn disk_uuids_round_trip_in_any_case(bytes in any::<[u8; 16]>(), case in any::<u32>()) {
+            let lower = CompactText::DiskUuid(bytes, 0).to_string();
+            // Uppercase the letters `case` picks; digits have no case.
+            let text: String = lower
+                .chars()
+                .filter(char::is_ascii_hexdigit)
+                .zip(0..)
+                .map(|(c, i)| if case & (1 << i) != 0 { c.to_ascii_uppercase() } else { c })
+                .collect::<Vec<char>>()
+                .chunks(2)
+                .enumerate()
+                .map(|(i, pair)| {
+                    let sep = match i { 7 => "-", 15 => "", _ => " " };
+                    format!("{}{}{sep}", pair[0], pair[1])
+                })
+                .collect();
+            let compact = CompactText::new(&text);
+            prop_assert!(matches!(compact, CompactText::DiskUuid(..)), "{}", text);
+            prop_assert_eq!(compact.to_string(), text.clone());
+            prop_assert_eq!(CompactText::new(&text.to_lowercase()) == compact, text == text.to_lowercase());
         }
     }
 }

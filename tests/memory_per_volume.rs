@@ -29,6 +29,12 @@ static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::
 
 const VOLUMES: usize = 10_000;
 
+/// A disk UUID as vCenter's `QueryVirtualDiskUuid` spells it.
+fn disk_uuid(i: usize) -> String {
+    let [a, b, c, d] = (i as u32).to_be_bytes();
+    format!("60 00 C2 90 00 00 00 00-00 00 00 00 {a:02x} {b:02x} {c:02x} {d:02x}")
+}
+
 fn uuid(i: usize, tag: u32) -> String {
     format!("{tag:08x}-0000-4000-8000-{i:012x}")
 }
@@ -81,7 +87,7 @@ fn migration(i: usize) -> VolumeMigration {
         },
         "spec": {"volumePath": path(i)},
         "status": {
-            "phase": "Registered", "volumeID": uuid(i, 0xd), "diskUUID": uuid(i, 0xe),
+            "phase": "Registered", "volumeID": uuid(i, 0xd), "diskUUID": disk_uuid(i),
             "persistentVolumes": [pv_name(i)], "persistentVolumeCount": 1, "attempts": 1,
             "registeredTime": "2025-01-01T00:00:00Z", "protectedFromVmDelete": true,
             "observedGeneration": 1,
@@ -112,10 +118,13 @@ fn each_part_of_a_tracked_volume_stays_within_its_heap_budget() {
         index
     });
     let (vm_bytes, cache) = per_volume(|| {
+        // As the watcher fills it at start-up: one list (which ends by fitting the storage).
         let cache = MigrationCache::default();
+        cache.begin_list();
         for i in 0..VOLUMES {
             cache.apply(&migration(i));
         }
+        cache.end_list();
         cache
     });
     let (driver_bytes, driver) = per_volume(|| {

@@ -192,7 +192,9 @@ impl Cluster {
                         .with_context(|| format!("creating VolumeMigration {name}"))?;
                     let update = StatusUpdate::Registered {
                         volume_id: id.clone(),
-                        disk_uuid: Some(format!("6000c29{i:025x}")),
+                        disk_uuid: Some(volmig::backend::memory::disk_uuid_as_vcenter_spells_it(
+                            i as u64,
+                        )),
                         adopted: false,
                         attempts: 1,
                         protected: true,

@@ -2,7 +2,7 @@
 
 use crate::results::{Goal, Results, SteadyPass, Summary, Throughput};
 
-/// Ratio to the ideal that throughput at C = 8 must reach.
+/// Ratio to the ideal C ÷ L that throughput must reach where the bare client reaches it.
 pub const THROUGHPUT_RATIO: f64 = 0.9;
 /// Ratio to the bare client that throughput must reach at every (C, L) (issue 14).
 pub const BARE_RATIO: f64 = 0.9;
@@ -129,7 +129,10 @@ fn ratio_runs(ratios: &Summary) -> String {
 /// per-run ratios volmig ÷ bare client (each run pairs the two back to back on identical
 /// simulator state), not on the ratio of the two medians, so that a drift of the machine
 /// that moves both does not move the verdict — and against C ÷ L wherever the bare client
-/// itself reaches 0.9 × C ÷ L (C = 8 is always checked against C ÷ L, by issue 7's goal).
+/// itself reaches 0.9 × C ÷ L. Issue 14 puts it so for every C: issue 7 asked 0.9 × C ÷ L at
+/// C = 8 before the bare client showed that the machine (the simulator's own calls beside
+/// the delayed create) may not allow it; [`check`] keeps issue 7's row at C = 8 where no
+/// bare client was measured.
 fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
     let (Some(bare), Some(ratios)) = (&t.bare, &t.ratio_to_bare) else {
         return;
@@ -156,7 +159,7 @@ fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
         ratio >= BARE_RATIO,
         format!("{:.0} % below the goal", (1.0 - ratio / BARE_RATIO) * 100.0),
     ));
-    if t.concurrency != 8 && bare.ratio_to_ideal.median >= THROUGHPUT_RATIO {
+    if bare.ratio_to_ideal.median >= THROUGHPUT_RATIO {
         let mut g = ideal_goal(t);
         g.goal = format!(
             "{} (the bare client reaches {:.2} × ideal)",
@@ -166,10 +169,33 @@ fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
     }
 }
 
+/// The points not judged against C ÷ L because the bare client itself stays below
+/// 0.9 × C ÷ L there, for the report to say so.
+pub fn beyond_the_machine(r: &Results) -> Vec<String> {
+    r.throughput
+        .iter()
+        .filter_map(|t| {
+            let bare = t.bare.as_ref()?;
+            (bare.ratio_to_ideal.median < THROUGHPUT_RATIO).then(|| {
+                format!(
+                    "{}: the bare client reaches {:.2} × C ÷ L, volmig {:.2}",
+                    point(t),
+                    bare.ratio_to_ideal.median,
+                    t.ratio_to_ideal.median
+                )
+            })
+        })
+        .collect()
+}
+
 /// Every goal, met or not.
 pub fn check(r: &Results) -> Vec<Goal> {
     let mut out = Vec::new();
-    for t in r.throughput.iter().filter(|t| t.concurrency == 8) {
+    for t in r
+        .throughput
+        .iter()
+        .filter(|t| t.concurrency == 8 && t.bare.is_none())
+    {
         out.push(ideal_goal(t));
     }
     for t in &r.throughput {
@@ -294,10 +320,11 @@ mod tests {
         bare_goals(&point(32, 50, &[360.0], &[400.0]), &mut out);
         assert_eq!(out.len(), 1, "{out:?}");
         assert!(out[0].met, "{out:?}");
-        // C = 8 is checked against C ÷ L by issue 7's row already.
+        // C = 8 the same way (issue 14): here the bare client reaches 0.97 × ideal.
         let mut out = Vec::new();
         bare_goals(&point(8, 50, &[150.0], &[155.0]), &mut out);
-        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[0].met && out[1].met, "{out:?}");
         // Not measured: no row.
         let mut p = point(8, 50, &[150.0], &[155.0]);
         p.bare = None;
@@ -357,6 +384,45 @@ mod tests {
         bare_goals(&p, &mut out);
         assert!(!out[0].met, "{out:?}");
         assert_eq!(out[0].miss.as_deref(), Some("5 % below the goal"));
+    }
+
+    #[test]
+    fn c_over_l_is_judged_at_c_8_only_where_the_machine_allows_it() {
+        let results = |points: Vec<Throughput>| Results {
+            date: String::new(),
+            scale: "test".into(),
+            runs: 1,
+            machine: crate::procfs::Machine::read(),
+            total_seconds: 0.0,
+            throughput: points,
+            api_cost: Default::default(),
+            steady: Vec::new(),
+            tracked: Vec::new(),
+            goals: Vec::new(),
+            notes: Vec::new(),
+        };
+        let about_c_over_l =
+            |goals: &[Goal]| goals.iter().filter(|g| g.goal.contains("C ÷ L")).count();
+        // No bare client measured: issue 7's row stays (here missed, 0.75 × ideal).
+        let mut alone = point(8, 50, &[120.0], &[125.0]);
+        alone.bare = None;
+        alone.ratio_to_bare = None;
+        let r = results(vec![alone]);
+        let goals = check(&r);
+        assert_eq!(about_c_over_l(&goals), 1, "{goals:?}");
+        assert!(beyond_the_machine(&r).is_empty());
+        // The bare client reaches only 0.78 × ideal: judged against it alone, and said so.
+        let r = results(vec![point(8, 50, &[120.0], &[125.0])]);
+        let goals = check(&r);
+        assert_eq!(about_c_over_l(&goals), 0, "{goals:?}");
+        assert_eq!(goals.len(), 1, "{goals:?}");
+        assert!(goals[0].met, "0.96 of the bare client: {goals:?}");
+        let beyond = beyond_the_machine(&r);
+        assert_eq!(beyond.len(), 1);
+        assert!(
+            beyond[0].contains("reaches 0.78 × C ÷ L, volmig 0.75"),
+            "{beyond:?}"
+        );
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl InMemoryBackend {
     /// Creates a vmdk (so `disk_uuid` finds it).
     pub fn add_disk(&self, path: &VolumePath) {
         let mut s = self.lock();
-        let uuid = format!("6000c29{:025x}", s.disks.len() + 1);
+        let uuid = disk_uuid_as_vcenter_spells_it(s.disks.len() as u64 + 1);
         s.disks.insert(path.clone(), uuid);
     }
 
@@ -431,6 +431,24 @@ fn unknown_volume(operation: &'static str, id: &VolumeId) -> BackendError {
     )
 }
 
+/// The `n`th disk UUID in the spelling `QueryVirtualDiskUuid` returns on a real vCenter
+/// (`60 00 C2 9…`, VMware's prefix, `C2` uppercase as in the vmdk descriptor's `ddb.uuid`).
+pub fn disk_uuid_as_vcenter_spells_it(n: u64) -> String {
+    let bytes = (0x6000_c290_u128 << 96 | u128::from(n)).to_be_bytes();
+    let mut out = String::with_capacity(47);
+    for (i, byte) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(if i == 8 { '-' } else { ' ' });
+        }
+        if i == 2 {
+            out.push_str(&format!("{byte:02X}"));
+        } else {
+            out.push_str(&format!("{byte:02x}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,6 +464,20 @@ mod tests {
         })
         .await
         .expect("create")
+    }
+
+    #[test]
+    fn disk_uuids_are_spelled_as_vcenter_spells_them_and_kept_compact() {
+        assert_eq!(
+            disk_uuid_as_vcenter_spells_it(0x2a),
+            "60 00 C2 90 00 00 00 00-00 00 00 00 00 00 00 2a"
+        );
+        let uuid = disk_uuid_as_vcenter_spells_it(0xabcd_ef01);
+        assert_eq!(uuid, "60 00 C2 90 00 00 00 00-00 00 00 00 ab cd ef 01");
+        assert!(matches!(
+            crate::compact_text::CompactText::new(&uuid),
+            crate::compact_text::CompactText::DiskUuid(..)
+        ));
     }
 
     #[tokio::test]

@@ -1,13 +1,13 @@
 //! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
 //! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::compact_text::{CompactSet, CompactText, TextRef};
+use crate::compact_text::{CompactSet, CompactText, NameSet, TextRef};
 use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::{PathError, VolumePath};
 
@@ -234,13 +234,13 @@ impl PvIndex {
     }
 
     /// Forgets every PV not in `keep` (after a re-list); returns the touched paths.
-    pub fn retain(&self, keep: &HashSet<String>) -> Vec<VolumePath> {
+    pub fn retain(&self, keep: &NameSet) -> Vec<VolumePath> {
         let gone: Vec<String> = self
             .lock()
             .by_pv
             .keys()
+            .filter(|name| !keep.contains(*name))
             .map(CompactText::to_string)
-            .filter(|name| !keep.contains(name))
             .collect();
         gone.iter()
             .flat_map(|name| self.remove(name).touched)
@@ -360,7 +360,7 @@ mod tests {
         );
         index.remove("pv-a");
         assert_eq!(index.pvs_for(&path), ["pv-b"]);
-        let gone = index.retain(&HashSet::new());
+        let gone = index.retain(&NameSet::default());
         assert_eq!(gone, std::slice::from_ref(&path));
         assert!(index.pvs_for(&path).is_empty());
         assert!(index.paths().is_empty());
@@ -385,7 +385,7 @@ mod tests {
             "moved and removed PVs release it"
         );
         index.upsert("pv-c", valid(y));
-        index.retain(&HashSet::from(["pv-c".to_owned()]));
+        index.retain(&NameSet::from_iter([CompactText::new("pv-c")]));
         assert!(path_intern::contains(&path(y)));
         drop(index);
         assert!(

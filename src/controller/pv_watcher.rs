@@ -2,7 +2,6 @@
 //! leader, makes sure each in-tree vSphere path has its VolumeMigration and that the
 //! reconciler hears about every change of a path's PVs.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -15,6 +14,7 @@ use tracing::{info, warn};
 
 use super::pv_index::IndexChange;
 use super::{Context, MigrationCache, WorkQueue};
+use crate::compact_text::{CompactText, NameSet};
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::{EnsureError, ensure_migration};
 use crate::volume_path::VolumePath;
@@ -36,7 +36,7 @@ impl PvWatcher {
         let mut stream = watcher::watcher(pvs, watcher::Config::default())
             .default_backoff()
             .boxed();
-        let mut relist: Option<HashSet<String>> = None;
+        let mut relist: Option<NameSet> = None;
         loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -45,10 +45,10 @@ impl PvWatcher {
             match next {
                 None => return,
                 Some(Err(e)) => warn!(error = %e, "PV watch failed; retrying with backoff"),
-                Some(Ok(Event::Init)) => relist = Some(HashSet::new()),
+                Some(Ok(Event::Init)) => relist = Some(NameSet::default()),
                 Some(Ok(Event::InitApply(pv))) => {
                     if let (Some(seen), Some(name)) = (relist.as_mut(), &pv.metadata.name) {
-                        seen.insert(name.clone());
+                        seen.insert(CompactText::new(name));
                     }
                     self.apply(&pv, true).await;
                 }

@@ -1,7 +1,6 @@
 //! The CSI driver's cache as the daemon uses it (docs/design.md §8): whether its CRD is served,
 //! whether volmig publishes (`--publish-driver-cache`), and a watch that keeps the index.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::cli::PublishDriverCache;
+use crate::compact_text::{CompactText, NameSet};
 use crate::controller::publish::DriverCache;
 use crate::k8s::driver_cache::{CnsVSphereVolumeMigration, DriverIndex};
 
@@ -72,7 +72,7 @@ async fn keep_index(
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut relist: Option<HashSet<String>> = None;
+    let mut relist: Option<NameSet> = None;
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -81,11 +81,11 @@ async fn keep_index(
         match next {
             None => return,
             Some(Err(e)) => warn!(error = %e, "watch of the CSI driver's cache failed; retrying"),
-            Some(Ok(Event::Init)) => relist = Some(HashSet::new()),
+            Some(Ok(Event::Init)) => relist = Some(NameSet::default()),
             Some(Ok(Event::InitApply(object) | Event::Apply(object))) => {
                 if let Some(name) = object.metadata.name.as_deref() {
                     if let Some(seen) = relist.as_mut() {
-                        seen.insert(name.to_owned());
+                        seen.insert(CompactText::new(name));
                     }
                     index.upsert(
                         name,

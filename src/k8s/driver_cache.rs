@@ -298,13 +298,13 @@ impl DriverIndex {
     }
 
     /// Forgets every object not in `keep` (after a re-list).
-    pub fn retain(&self, keep: &std::collections::HashSet<String>) {
+    pub fn retain(&self, keep: &crate::compact_text::NameSet) {
         let gone: Vec<String> = self
             .lock()
             .by_name
             .keys()
+            .filter(|n| !keep.contains(*n))
             .map(CompactText::to_string)
-            .filter(|n| !keep.contains(n))
             .collect();
         for name in gone {
             self.remove(&name);

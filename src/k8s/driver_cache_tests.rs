@@ -203,7 +203,9 @@ fn paths_are_interned_and_every_handle_is_given_back() {
         "changed and removed objects release it"
     );
     index.upsert("other", &spec(y, true), false);
-    index.retain(&["other".to_owned()].into());
+    index.retain(&crate::compact_text::NameSet::from_iter([
+        CompactText::new("other"),
+    ]));
     assert!(path_intern::contains(&path(y)));
     drop(index);
     assert!(

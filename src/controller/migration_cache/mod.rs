@@ -64,9 +64,14 @@ fn digest_suffix(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// The objects densely in one vector, found through a table of positions: a table of
+/// boxed slots cost an allocation (and the allocator's header) per object, made while the
+/// start-up list's pages came and went, which left the allocator's arenas fragmented.
 #[derive(Default)]
 struct State {
-    objects: HashTable<Box<Slot>>,
+    slots: Vec<Slot>,
+    /// Positions in `slots`, hashed by the slot's name.
+    index: HashTable<usize>,
     hasher: RandomState,
     epoch: u32,
     synced: bool,
@@ -92,10 +97,36 @@ impl State {
         }
     }
 
+    fn position(&self, name: &str) -> Option<usize> {
+        self.index
+            .find(self.hash_name(name), |&i| {
+                self.slots.get(i).is_some_and(|slot| slot.is(name))
+            })
+            .copied()
+    }
+
     fn find(&self, name: &str) -> Option<&Slot> {
-        self.objects
-            .find(self.hash_name(name), |slot| slot.is(name))
-            .map(|slot| &**slot)
+        self.position(name).map(|i| &self.slots[i])
+    }
+
+    /// Indexes the slot at `position` (already in `slots`).
+    fn index_slot(&mut self, hash: u64, position: usize) {
+        let Self {
+            slots,
+            index,
+            hasher,
+            ..
+        } = self;
+        index.insert_unique(hash, position, |&i| Self::hash_slot(hasher, &slots[i]));
+    }
+
+    /// Indexes every slot afresh.
+    fn reindex(&mut self) {
+        self.index = HashTable::with_capacity(self.slots.len());
+        for i in 0..self.slots.len() {
+            let hash = Self::hash_slot(&self.hasher, &self.slots[i]);
+            self.index_slot(hash, i);
+        }
     }
 }
 
@@ -130,14 +161,13 @@ impl MigrationCache {
             epoch: s.epoch,
             object,
         };
-        let hash = s.hash_name(name);
-        let State {
-            objects, hasher, ..
-        } = &mut *s;
-        match objects.find_mut(hash, |slot| slot.is(name)) {
-            Some(existing) => **existing = slot,
+        match s.position(name) {
+            Some(i) => s.slots[i] = slot,
             None => {
-                objects.insert_unique(hash, Box::new(slot), |slot| State::hash_slot(hasher, slot));
+                let hash = s.hash_name(name);
+                s.slots.push(slot);
+                let position = s.slots.len() - 1;
+                s.index_slot(hash, position);
             }
         }
     }
@@ -146,8 +176,25 @@ impl MigrationCache {
     pub fn remove(&self, name: &str) {
         let mut s = self.write();
         let hash = s.hash_name(name);
-        if let Ok(entry) = s.objects.find_entry(hash, |slot| slot.is(name)) {
-            entry.remove();
+        let State {
+            slots,
+            index,
+            hasher,
+            ..
+        } = &mut *s;
+        let Ok(entry) = index.find_entry(hash, |&i| slots.get(i).is_some_and(|slot| slot.is(name)))
+        else {
+            return;
+        };
+        let (gone, _) = entry.remove();
+        slots.swap_remove(gone);
+        // The last slot moved into the hole: point its entry at its new position.
+        let moved_from = slots.len();
+        if let Some(moved) = slots.get(gone) {
+            let moved_hash = State::hash_slot(hasher, moved);
+            if let Some(position) = index.find_mut(moved_hash, |&i| i == moved_from) {
+                *position = gone;
+            }
         }
     }
 
@@ -162,11 +209,9 @@ impl MigrationCache {
     pub fn end_list(&self) {
         let mut s = self.write();
         let epoch = s.epoch;
-        let State {
-            objects, hasher, ..
-        } = &mut *s;
-        objects.retain(|slot| slot.epoch == epoch);
-        objects.shrink_to_fit(|slot| State::hash_slot(hasher, slot));
+        s.slots.retain(|slot| slot.epoch == epoch);
+        s.slots.shrink_to_fit();
+        s.reindex();
         s.synced = true;
     }
 
@@ -177,7 +222,7 @@ impl MigrationCache {
 
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.read().objects.len()
+        self.read().slots.len()
     }
 
     /// True when the cache holds no object.
@@ -210,7 +255,7 @@ impl MigrationCache {
     /// Every object's name.
     pub fn names(&self) -> Vec<String> {
         self.read()
-            .objects
+            .slots
             .iter()
             .map(|slot| slot.name().into_owned())
             .collect()
@@ -219,7 +264,7 @@ impl MigrationCache {
     /// What full sync needs of every object (see [`MigrationRecord`]).
     pub fn records(&self) -> Vec<MigrationRecord> {
         self.read()
-            .objects
+            .slots
             .iter()
             .map(|slot| slot.object.record(&slot.name()))
             .collect()

@@ -195,3 +195,45 @@ fn a_large_cache_finds_every_object_after_growing_and_a_list_that_shrinks_it() {
         assert_eq!(cache.tracks(&path.object_name(), path), i < 500, "{path}");
     }
 }
+
+#[test]
+fn removing_any_object_keeps_every_other_one_found_under_its_own_name() {
+    // Objects sit densely in one vector; a removal moves the last one into the hole.
+    let paths: Vec<String> = (0..40).map(|i| format!("[ds] d/{i}.vmdk")).collect();
+    let names: Vec<String> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if i % 3 == 0 {
+                format!("other-{i}")
+            } else {
+                named(p)
+            }
+        })
+        .collect();
+    let cache = MigrationCache::default();
+    for (name, path) in names.iter().zip(&paths) {
+        cache.apply(&vm(name, path, "1"));
+    }
+    // First, last, middle, an absent name, then the rest in a scrambled order.
+    let mut order: Vec<usize> = vec![0, 39, 17];
+    order.extend(
+        (0..40)
+            .map(|i| (i * 7) % 40)
+            .filter(|i| ![0, 39, 17].contains(i)),
+    );
+    let mut left: Vec<usize> = (0..40).collect();
+    cache.remove("absent");
+    for gone in order {
+        cache.remove(&names[gone]);
+        left.retain(|&i| i != gone);
+        assert_eq!(cache.len(), left.len());
+        assert!(cache.get(&names[gone]).is_none(), "{} is gone", names[gone]);
+        for &i in &left {
+            let got = cache.get(&names[i]).expect("still cached");
+            assert_eq!(got.spec.volume_path, paths[i], "{}", names[i]);
+            assert!(cache.tracks(&names[i], &VolumePath::parse(&paths[i]).unwrap()));
+        }
+    }
+    assert!(cache.is_empty());
+}
