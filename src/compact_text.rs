@@ -2,8 +2,9 @@
 //! still spell back exactly: a lowercase UUID (volume IDs, uids), a PV name `pvc-<uuid>`, a
 //! disk UUID as vCenter writes it (`60 00 C2 9e a7 e8 26 9c-7d 20 45 4c 72 2a af 40`, hex
 //! digits in either case) or a decimal number without leading zeros (resourceVersions) is
-//! a 16-byte value, anything else is text. volmig keeps a handful per tracked volume, 100k volumes in
-//! a large cluster, so the 40 to 60 bytes a string costs (allocation included) add up.
+//! a 16-byte value, anything else is text. volmig keeps a handful per tracked volume,
+//! 100k volumes in a large cluster, so the 40 to 60 bytes a string costs (allocation
+//! included) add up.
 //!
 //! A text maps to exactly one [`CompactText`] (the parse is the only way to build one), so
 //! equality and hashing of the compact values agree with those of the texts; maps keyed by

@@ -12,6 +12,7 @@ use super::{
     BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
     VolumeId, VolumePage, op,
 };
+use crate::compact_text::{CompactText, UpperDigits};
 use crate::volume_path::VolumePath;
 
 /// Page size of [`InMemoryBackend::list_volumes`].
@@ -434,91 +435,12 @@ fn unknown_volume(operation: &'static str, id: &VolumeId) -> BackendError {
 /// The `n`th disk UUID in the spelling `QueryVirtualDiskUuid` returns on a real vCenter
 /// (`60 00 C2 9…`, VMware's prefix, `C2` uppercase as in the vmdk descriptor's `ddb.uuid`).
 pub fn disk_uuid_as_vcenter_spells_it(n: u64) -> String {
+    /// Hex digit 4 (the `C` of `C2`) is the uppercase one.
+    const UPPER_C: UpperDigits = 1 << 4;
     let bytes = (0x6000_c290_u128 << 96 | u128::from(n)).to_be_bytes();
-    let mut out = String::with_capacity(47);
-    for (i, byte) in bytes.iter().enumerate() {
-        if i > 0 {
-            out.push(if i == 8 { '-' } else { ' ' });
-        }
-        if i == 2 {
-            out.push_str(&format!("{byte:02X}"));
-        } else {
-            out.push_str(&format!("{byte:02x}"));
-        }
-    }
-    out
+    CompactText::DiskUuid(bytes, UPPER_C).to_string()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn registered(mem: &InMemoryBackend, raw: &str) -> VolumeId {
-        let path: VolumePath = raw.parse().expect("valid test path");
-        mem.add_disk(&path);
-        mem.create_volume(&CreateVolumeRequest {
-            path,
-            name: format!("volmig-{raw}"),
-            cluster_id: "c".into(),
-            storage_policy_name: None,
-        })
-        .await
-        .expect("create")
-    }
-
-    #[test]
-    fn disk_uuids_are_spelled_as_vcenter_spells_them_and_kept_compact() {
-        assert_eq!(
-            disk_uuid_as_vcenter_spells_it(0x2a),
-            "60 00 C2 90 00 00 00 00-00 00 00 00 00 00 00 2a"
-        );
-        let uuid = disk_uuid_as_vcenter_spells_it(0xabcd_ef01);
-        assert_eq!(uuid, "60 00 C2 90 00 00 00 00-00 00 00 00 ab cd ef 01");
-        assert!(matches!(
-            crate::compact_text::CompactText::new(&uuid),
-            crate::compact_text::CompactText::DiskUuid(..)
-        ));
-    }
-
-    #[tokio::test]
-    async fn protection_before_803_sets_the_flag_and_counts_calls() {
-        let mem = InMemoryBackend::new();
-        let id = registered(&mem, "[ds] a.vmdk").await;
-        assert!(!mem.has_keep_flag(&id));
-        assert!(!mem.is_protected(&id).await.unwrap());
-        assert_eq!(
-            mem.protect_from_vm_delete(&id).await.unwrap(),
-            Protection::FlagSet
-        );
-        assert!(mem.has_keep_flag(&id));
-        assert!(mem.is_protected(&id).await.unwrap());
-        assert_eq!(mem.calls(op::PROTECT), 1);
-        assert_eq!(mem.calls(op::IS_PROTECTED), 2);
-        let missing = VolumeId::from("nope");
-        let err = mem.protect_from_vm_delete(&missing).await.unwrap_err();
-        assert_eq!(err.class, ErrorClass::NotFound);
-        let err = mem.is_protected(&missing).await.unwrap_err();
-        assert_eq!(err.class, ErrorClass::NotFound);
-        mem.inject(op::PROTECT, Fault::Fail(ErrorClass::Transient), 1);
-        let err = mem.protect_from_vm_delete(&id).await.unwrap_err();
-        assert_eq!(err.class, ErrorClass::Transient);
-        assert_eq!(mem.calls(op::PROTECT), 3);
-    }
-
-    #[tokio::test]
-    async fn from_803_registration_protects_and_nothing_is_set() {
-        let mem = InMemoryBackend::new();
-        mem.set_registration_protects(true);
-        let id = registered(&mem, "[ds] b.vmdk").await;
-        assert!(mem.has_keep_flag(&id), "registration sets the flag");
-        assert!(mem.is_protected(&id).await.unwrap());
-        assert_eq!(
-            mem.protect_from_vm_delete(&id).await.unwrap(),
-            Protection::ByRegistration
-        );
-        assert!(Protection::ByRegistration.is_protected());
-        assert_eq!(mem.calls(op::PROTECT), 1);
-        mem.delete_volume(&id).await.unwrap();
-        assert!(!mem.has_keep_flag(&id));
-    }
-}
+#[path = "memory_tests.rs"]
+mod tests;

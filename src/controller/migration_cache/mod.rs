@@ -97,16 +97,18 @@ impl State {
         }
     }
 
-    fn position(&self, name: &str) -> Option<usize> {
+    /// Where the object `name` (whose [`Self::hash_name`] is `hash`) sits in `slots`.
+    fn position(&self, hash: u64, name: &str) -> Option<usize> {
         self.index
-            .find(self.hash_name(name), |&i| {
+            .find(hash, |&i| {
                 self.slots.get(i).is_some_and(|slot| slot.is(name))
             })
             .copied()
     }
 
     fn find(&self, name: &str) -> Option<&Slot> {
-        self.position(name).map(|i| &self.slots[i])
+        self.position(self.hash_name(name), name)
+            .map(|i| &self.slots[i])
     }
 
     /// Indexes the slot at `position` (already in `slots`).
@@ -161,10 +163,10 @@ impl MigrationCache {
             epoch: s.epoch,
             object,
         };
-        match s.position(name) {
+        let hash = s.hash_name(name);
+        match s.position(hash, name) {
             Some(i) => s.slots[i] = slot,
             None => {
-                let hash = s.hash_name(name);
                 s.slots.push(slot);
                 let position = s.slots.len() - 1;
                 s.index_slot(hash, position);
