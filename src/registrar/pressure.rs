@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
+
 /// An extra leadership check evaluated at call time (e.g. a lease deadline).
 pub type LeaderCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -68,9 +69,30 @@ impl LeaderGate {
 /// Concurrency limit, request rate limit and leadership check for backend calls.
 pub struct CallGate {
     slots: Arc<Semaphore>,
-    min_interval: Option<Duration>,
-    next_start: Mutex<Instant>,
+    rate: Option<RateLimit>,
     leader: LeaderGate,
+}
+
+/// At most one call start per `interval` on average, with up to `burst` starts at once
+/// (a generic cell rate algorithm: `due` is when the next start would be on time if the
+/// calls had been evenly spaced).
+struct RateLimit {
+    interval: Duration,
+    /// How far ahead of its even spacing a start may be: `(burst - 1) × interval`.
+    tolerance: Duration,
+    due: Mutex<Instant>,
+}
+
+impl RateLimit {
+    /// Reserves the next start and returns when it may happen (`now` or later).
+    async fn reserve(&self) -> Instant {
+        let mut due = self.due.lock().await;
+        let now = Instant::now();
+        let earliest = due.checked_sub(self.tolerance).unwrap_or(*due);
+        let start = earliest.max(now);
+        *due = (*due).max(start) + self.interval;
+        start
+    }
 }
 
 /// The backend call was not started because this replica is not the leader.
@@ -80,19 +102,29 @@ pub struct NotLeader;
 
 impl CallGate {
     /// At most `max_concurrent` calls in flight and at most `requests_per_second` started
-    /// per second (`None` = unlimited).
+    /// per second on average (`None` = unlimited). As many calls as there are slots may
+    /// start at once (what the concurrency limit allows anyway); any further start waits
+    /// for its share of the rate.
     pub fn new(
         max_concurrent: usize,
         requests_per_second: Option<f64>,
         leader: LeaderGate,
     ) -> Self {
-        let min_interval = requests_per_second
+        let slots = max_concurrent.max(1);
+        let rate = requests_per_second
             .filter(|r| r.is_finite() && *r > 0.0)
-            .map(|r| Duration::from_secs_f64(1.0 / r));
+            .map(|r| {
+                let interval = Duration::from_secs_f64(1.0 / r);
+                let burst = u32::try_from(slots).unwrap_or(u32::MAX);
+                RateLimit {
+                    interval,
+                    tolerance: interval.saturating_mul(burst - 1),
+                    due: Mutex::new(Instant::now()),
+                }
+            });
         Self {
-            slots: Arc::new(Semaphore::new(max_concurrent.max(1))),
-            min_interval,
-            next_start: Mutex::new(Instant::now()),
+            slots: Arc::new(Semaphore::new(slots)),
+            rate,
             leader,
         }
     }
@@ -107,14 +139,13 @@ impl CallGate {
             .acquire_owned()
             .await
             .map_err(|_| NotLeader)?;
-        if let Some(interval) = self.min_interval {
-            let start = {
-                let mut next = self.next_start.lock().await;
-                let start = (*next).max(Instant::now());
-                *next = start + interval;
-                start
-            };
-            tokio::time::sleep_until(start).await;
+        if let Some(rate) = &self.rate {
+            let start = rate.reserve().await;
+            // Only when the rate binds: a timer rounds up to the next millisecond tick of
+            // tokio's clock, which, held with a slot, would idle it on every call.
+            if start > Instant::now() {
+                tokio::time::sleep_until(start).await;
+            }
         }
         // Leadership may have been lost while waiting: check again right before the call.
         if !self.leader.is_open() {
@@ -123,3 +154,7 @@ impl CallGate {
         Ok(permit)
     }
 }
+
+#[cfg(test)]
+#[path = "pressure_tests.rs"]
+mod tests;
