@@ -36,6 +36,7 @@ mod memory_store;
 mod operations;
 mod pressure;
 mod protection;
+mod slots;
 mod stages;
 mod status_store;
 mod unregister;
@@ -47,6 +48,7 @@ pub use keyed_lock::{KeyGuard, KeyedLock};
 #[cfg(any(test, feature = "testing"))]
 pub use memory_store::InMemoryStatusStore;
 pub use pressure::{CallGate, LeaderCheck, LeaderGate, NotLeader};
+pub use slots::{Lane, Slot};
 pub use status_store::{
     StatusStore, StatusUpdate, StoreError, StoreErrorKind, StoredState, Version, apply,
 };
@@ -384,12 +386,10 @@ impl Registrar {
         }
     }
 
-    /// Waits for a backend slot (concurrency and rate limits), then checks leadership.
-    async fn enter(
-        &self,
-        path: &VolumePath,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, RegisterError> {
-        stages::timed(RegistrationStage::BackendSlotWait, self.gate.enter())
+    /// Waits for a backend slot in `lane` (concurrency and rate limits), then checks
+    /// leadership.
+    async fn enter(&self, path: &VolumePath, lane: Lane) -> Result<Slot, RegisterError> {
+        stages::timed(RegistrationStage::BackendSlotWait, self.gate.enter(lane))
             .await
             .map_err(|source| self.not_leader(path, source))
     }
@@ -412,8 +412,14 @@ impl Registrar {
     }
 
     /// Runs one backend call under the concurrency/rate limits and the leader check,
-    /// retrying transient failures per the retry policy.
-    async fn call<T, F, Fut>(&self, path: &VolumePath, mut f: F) -> Result<T, RegisterError>
+    /// retrying transient failures per the retry policy. `lane` is [`Lane::New`] for the
+    /// first call of an operation, [`Lane::Started`] for the ones after it (and retries).
+    async fn call<T, F, Fut>(
+        &self,
+        path: &VolumePath,
+        lane: Lane,
+        mut f: F,
+    ) -> Result<T, RegisterError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, BackendError>>,
@@ -421,7 +427,8 @@ impl Registrar {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let permit = self.enter(path).await?;
+            let lane = if attempt == 1 { lane } else { Lane::Started };
+            let permit = self.enter(path, lane).await?;
             let result = stages::timed(RegistrationStage::VcenterCall, f()).await;
             drop(permit);
             match result {

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{
-    KeyGuard, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind, StoredState,
-    Version, choose_adoptee, create_request, stages,
+    KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
+    StoredState, Version, choose_adoptee, create_request, stages,
 };
 use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
@@ -105,7 +105,7 @@ impl Registrar {
         }
         let name = path.cns_volume_name();
         let live = self
-            .call(path, || self.backend.find_volumes(&name, path))
+            .call(path, Lane::New, || self.backend.find_volumes(&name, path))
             .await?;
         if !live.iter().any(|v| v.id == volume_id) {
             warn!(%path, %volume_id, "the ID kept in memory is gone from CNS; registering afresh");
@@ -140,7 +140,10 @@ impl Registrar {
         attempts: u32,
         mut state: Option<StoredState>,
     ) -> Result<Registration, RegisterError> {
-        let disk_uuid = match self.call(path, || self.backend.disk_uuid(path)).await {
+        let disk_uuid = match self
+            .call(path, Lane::New, || self.backend.disk_uuid(path))
+            .await
+        {
             Ok(uuid) => uuid,
             Err(RegisterError::Backend { source, .. }) if source.class == ErrorClass::NotFound => {
                 return Err(RegisterError::DiskNotFound {
@@ -195,7 +198,7 @@ impl Registrar {
             let ids = lookup(path);
             if !ids.is_empty() {
                 let live = self
-                    .call(path, || async {
+                    .call(path, Lane::Started, || async {
                         let mut live = self.backend.volumes_by_id(&ids).await?;
                         date_volumes_of_one_disk(self.backend.as_ref(), &mut live).await;
                         Ok(live)
@@ -213,7 +216,7 @@ impl Registrar {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
             let existing = self
-                .call(path, || async {
+                .call(path, Lane::Started, || async {
                     let mut found = self.backend.find_volumes(&request.name, path).await?;
                     date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
                     Ok(found)
@@ -244,7 +247,7 @@ impl Registrar {
             });
         }
 
-        let permit = self.enter(path).await?;
+        let permit = self.enter(path, Lane::Started).await?;
         let token = self.new_token();
         let write_ahead = StatusUpdate::Registering {
             attempts,

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
+use super::slots::{Lane, Slot, Slots};
 
 /// An extra leadership check evaluated at call time (e.g. a lease deadline).
 pub type LeaderCheck = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -68,7 +69,7 @@ impl LeaderGate {
 
 /// Concurrency limit, request rate limit and leadership check for backend calls.
 pub struct CallGate {
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
     rate: Option<RateLimit>,
     leader: LeaderGate,
 }
@@ -123,22 +124,19 @@ impl CallGate {
                 }
             });
         Self {
-            slots: Arc::new(Semaphore::new(slots)),
+            slots: Slots::new(slots),
             rate,
             leader,
         }
     }
 
-    /// Waits for a slot and the rate limit, then checks leadership. Hold the permit for
-    /// the duration of the call.
-    pub async fn enter(&self) -> Result<OwnedSemaphorePermit, NotLeader> {
+    /// Waits for a slot in `lane` and for the rate limit, then checks leadership. Hold the
+    /// slot for the duration of the call.
+    pub async fn enter(&self, lane: Lane) -> Result<Slot, NotLeader> {
         if !self.leader.is_open() {
             return Err(NotLeader);
         }
-        let permit = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| NotLeader)?;
+        let permit = self.slots.acquire(lane).await;
         if let Some(rate) = &self.rate {
             let start = rate.reserve().await;
             // Only when the rate binds: a timer rounds up to the next millisecond tick of

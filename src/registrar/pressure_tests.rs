@@ -6,11 +6,12 @@ use std::time::Duration;
 use tokio::time::{Instant, advance};
 
 use super::{CallGate, LeaderGate, NotLeader};
+use crate::registrar::Lane;
 
 /// Enters the gate and lets the call end at once; returns how long entering took.
 async fn enter_and_leave(gate: &CallGate) -> Duration {
     let before = Instant::now();
-    let permit = gate.enter().await.expect("the gate is open");
+    let permit = gate.enter(Lane::New).await.expect("the gate is open");
     drop(permit);
     before.elapsed()
 }
@@ -34,7 +35,7 @@ async fn as_many_calls_as_slots_start_at_once_then_the_rate_binds() {
     let start = Instant::now();
     let mut permits = Vec::new();
     for _ in 0..4 {
-        permits.push(gate.enter().await.expect("open"));
+        permits.push(gate.enter(Lane::New).await.expect("open"));
     }
     assert_eq!(start.elapsed(), Duration::ZERO, "the burst waited");
     drop(permits);
@@ -70,14 +71,17 @@ async fn idle_time_does_not_bank_more_than_one_burst() {
 #[tokio::test(start_paused = true)]
 async fn slots_bound_the_calls_in_flight() {
     let gate = std::sync::Arc::new(CallGate::new(2, None, LeaderGate::always()));
-    let a = gate.enter().await.expect("open");
-    let _b = gate.enter().await.expect("open");
+    let a = gate.enter(Lane::New).await.expect("open");
+    let _b = gate.enter(Lane::New).await.expect("open");
     let waiting = tokio::spawn({
         let gate = gate.clone();
-        async move { gate.enter().await.map(drop) }
+        async move { gate.enter(Lane::New).await.map(drop) }
     });
     tokio::task::yield_now().await;
-    assert!(!waiting.is_finished(), "a third call started with two slots");
+    assert!(
+        !waiting.is_finished(),
+        "a third call started with two slots"
+    );
     drop(a);
     waiting.await.expect("joined").expect("open");
 }
@@ -87,5 +91,5 @@ async fn a_closed_gate_starts_nothing() {
     let leader = LeaderGate::always();
     let gate = CallGate::new(2, Some(10.0), leader.clone());
     leader.close();
-    assert_eq!(gate.enter().await.err(), Some(NotLeader));
+    assert_eq!(gate.enter(Lane::New).await.err(), Some(NotLeader));
 }

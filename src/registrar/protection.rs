@@ -4,7 +4,7 @@
 
 use tracing::{instrument, warn};
 
-use super::{RegisterError, Registrar, StatusUpdate, StoreErrorKind};
+use super::{Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind};
 use crate::backend::VolumeId;
 use crate::volume_path::VolumePath;
 
@@ -16,7 +16,9 @@ impl Registrar {
             return false;
         }
         match self
-            .call(path, || self.backend.protect_from_vm_delete(volume_id))
+            .call(path, Lane::Started, || {
+                self.backend.protect_from_vm_delete(volume_id)
+            })
             .await
         {
             Ok(protection) => protection.is_protected(),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
-use super::{RegisterError, Registrar, StatusUpdate};
+use super::{Lane, RegisterError, Registrar, StatusUpdate};
 use crate::api::Phase;
 use crate::backend::{CnsVolume, ErrorClass, VolumeId};
 use crate::volume_path::CNS_NAME_PREFIX;
@@ -38,7 +38,7 @@ impl Registrar {
         ids.extend(state.as_ref().and_then(|s| s.volume_id.clone()));
         ids.extend(self.unsaved_map().get(path).cloned());
         let found = self
-            .call(path, || self.backend.find_volumes(&name, path))
+            .call(path, Lane::New, || self.backend.find_volumes(&name, path))
             .await?;
         let known: BTreeSet<VolumeId> = found.iter().map(|v| v.id.clone()).collect();
         // A stored ID that CNS says backs another disk (a hand-edited status) is that
@@ -46,7 +46,9 @@ impl Registrar {
         let unverified: Vec<VolumeId> = ids.difference(&known).cloned().collect();
         if !unverified.is_empty() {
             let live = self
-                .call(path, || self.backend.volumes_by_id(&unverified))
+                .call(path, Lane::Started, || {
+                    self.backend.volumes_by_id(&unverified)
+                })
                 .await?;
             for volume in live.iter().filter(|v| backs_another_disk(v, path)) {
                 warn!(%path, volume_id = %volume.id, other = ?volume.backing_path, name = %volume.name,
@@ -93,7 +95,10 @@ impl Registrar {
     /// Callers have checked that `id` is `path`'s.
     async fn delete(&self, path: &VolumePath, id: &VolumeId) -> Result<(), RegisterError> {
         self.fence(path)?;
-        match self.call(path, || self.backend.delete_volume(id)).await {
+        match self
+            .call(path, Lane::Started, || self.backend.delete_volume(id))
+            .await
+        {
             Ok(()) => {
                 info!(%path, volume_id = %id, "unregistered (disk kept)");
                 Ok(())

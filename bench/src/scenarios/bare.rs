@@ -19,7 +19,7 @@ use volmig::backend::cns::{CnsBackend, CnsConfig, CnsOptions};
 use volmig::backend::metered::MeteredBackend;
 use volmig::backend::{CreateVolumeRequest, VolumeBackend, list_all_volumes};
 use volmig::metrics::Metrics;
-use volmig::registrar::{CallGate, LeaderGate};
+use volmig::registrar::{CallGate, Lane, LeaderGate};
 
 use super::throughput::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
 use super::{CpuClock, quiet};
@@ -179,12 +179,12 @@ async fn register(
     gate: &CallGate,
     path: &VolumePath,
 ) -> anyhow::Result<()> {
-    let slot = || async { gate.enter().await.context("the call gate is closed") };
-    let permit = slot().await?;
+    let slot = |lane| async move { gate.enter(lane).await.context("the call gate is closed") };
+    let permit = slot(Lane::New).await?;
     backend.disk_uuid(path).await?;
     drop(permit);
     let name = path.cns_volume_name();
-    let permit = slot().await?;
+    let permit = slot(Lane::Started).await?;
     let found = backend.find_volumes(&name, path).await?;
     drop(permit);
     ensure!(found.is_empty(), "{path} already has a CNS volume");
@@ -194,10 +194,10 @@ async fn register(
         cluster_id: CLUSTER_ID.to_owned(),
         storage_policy_name: None,
     };
-    let permit = slot().await?;
+    let permit = slot(Lane::Started).await?;
     let id = backend.create_volume(&request).await?;
     drop(permit);
-    let permit = slot().await?;
+    let permit = slot(Lane::Started).await?;
     // As in the registrar, a failed protection does not fail the registration.
     let _ = backend.protect_from_vm_delete(&id).await;
     drop(permit);

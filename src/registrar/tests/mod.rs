@@ -263,46 +263,6 @@ async fn create_in_flight_from_a_dead_process_is_awaited_and_adopted() {
     );
 }
 
-/// The write-ahead dates the create for a restarted registrar's grace, so it must be made
-/// after waiting for a backend slot, not before (found by the SIGKILL end-to-end test).
-#[tokio::test(start_paused = true)]
-async fn write_ahead_happens_after_waiting_for_a_slot() {
-    let f = fixture(config().with_max_concurrent(1));
-    let (a, b) = (path(15), path(16));
-    f.backend.add_disk(&a);
-    f.backend.add_disk(&b);
-    f.backend.set_latency(op::CREATE, Duration::from_secs(1));
-    let first = {
-        let (r, a) = (f.registrar.clone(), a.clone());
-        tokio::spawn(async move { r.register(&a).await.map(|_| ()) })
-    };
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    f.registrar.register(&b).await.unwrap();
-    first.await.unwrap().unwrap();
-    let order: Vec<(VolumePath, &str)> = f
-        .store
-        .history()
-        .into_iter()
-        .map(|(p, u)| {
-            let kind = match u {
-                StatusUpdate::Registering { .. } => "Registering",
-                StatusUpdate::Registered { .. } => "Registered",
-                _ => "other",
-            };
-            (p, kind)
-        })
-        .collect();
-    assert_eq!(
-        order,
-        [
-            (a.clone(), "Registering"),
-            (a, "Registered"),
-            (b.clone(), "Registering"),
-            (b, "Registered")
-        ]
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn missing_disk_is_not_a_registration() {
     let f = fixture(config());
@@ -386,29 +346,6 @@ async fn follower_makes_no_backend_call() {
     tx.send(true).unwrap();
     f.registrar.register(&p).await.unwrap();
     assert_eq!(f.backend.calls(op::CREATE), 1);
-}
-
-#[tokio::test(start_paused = true)]
-async fn global_concurrency_limit_holds() {
-    let f = fixture(config().with_max_concurrent(4));
-    f.backend
-        .set_latency(op::CREATE, Duration::from_millis(100));
-    let paths: Vec<_> = (100..150).map(path).collect();
-    for p in &paths {
-        f.backend.add_disk(p);
-    }
-    let tasks: Vec<_> = paths
-        .iter()
-        .map(|p| {
-            let (r, p) = (f.registrar.clone(), p.clone());
-            tokio::spawn(async move { r.register(&p).await.map(|_| ()) })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap().unwrap();
-    }
-    assert_eq!(f.backend.volumes().len(), 50);
-    assert_eq!(f.backend.max_in_flight(op::CREATE), 4);
 }
 
 #[tokio::test(start_paused = true)]
@@ -517,4 +454,5 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
 
 mod fencing;
 mod interleavings;
+mod slots;
 mod stages;

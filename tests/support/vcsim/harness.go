@@ -421,8 +421,12 @@ func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	h.stats.begin(method, ua)
 	rec := &statusRecorder{ResponseWriter: w}
-	dropped := false
-	defer func() { h.stats.end(method, ua, rec.status, dropped) }()
+	counted := false
+	defer func() {
+		if !counted {
+			h.stats.end(method, ua, rec.status, false)
+		}
+	}()
 
 	drop := false
 	if method == "CnsCreateVolume" {
@@ -446,7 +450,10 @@ func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Ha
 		// The call runs to the end (the task and the volume exist), then the connection
 		// is closed without an answer: a reply lost on the way back.
 		next.ServeHTTP(&discardWriter{header: http.Header{}}, r)
-		dropped = true
+		// Counted before the connection closes: a client that sees it close and asks for
+		// the stats at once must find the dropped call counted.
+		h.stats.end(method, ua, rec.status, true)
+		counted = true
 		if hj, ok := w.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
 				_ = conn.Close()
