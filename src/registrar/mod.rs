@@ -412,8 +412,8 @@ impl Registrar {
     }
 
     /// Runs one backend call under the concurrency/rate limits and the leader check,
-    /// retrying transient failures per the retry policy. `lane` is [`Lane::New`] for the
-    /// first call of an operation, [`Lane::Started`] for the ones after it (and retries).
+    /// retrying transient failures per the retry policy, in `lane` (see [`Lane`]; retries
+    /// are always [`Lane::Started`]).
     async fn call<T, F, Fut>(
         &self,
         path: &VolumePath,

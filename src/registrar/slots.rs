@@ -19,9 +19,12 @@ use tokio::sync::oneshot;
 /// Which queue a call waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
-    /// The first backend call of an operation: waits while any [`Lane::Started`] call waits.
+    /// The call that starts a registration or an unregistration: waits while any
+    /// [`Lane::Started`] call waits.
     New,
-    /// A later call of an operation that already made one.
+    /// Every other call: the later calls of an operation, retries, and the one-call
+    /// repairs of full sync (protection, orphan collection), which finish work rather
+    /// than start more.
     Started,
 }
 
@@ -90,24 +93,13 @@ impl Slots {
     /// Hands a freed slot to the first live waiter, started lane first.
     fn release(&self) {
         let mut state = self.lock();
-        loop {
-            let next = match state.started.pop_front() {
-                Some(sender) => Some(sender),
-                None => state.new.pop_front(),
-            };
-            match next {
-                Some(sender) => {
-                    if sender.send(()).is_ok() {
-                        return;
-                    }
-                    // That waiter was cancelled: try the next one.
-                }
-                None => {
-                    state.free += 1;
-                    return;
-                }
+        while let Some(sender) = state.started.pop_front().or_else(|| state.new.pop_front()) {
+            if sender.send(()).is_ok() {
+                return;
             }
+            // That waiter was cancelled: try the next one.
         }
+        state.free += 1;
     }
 
     /// Slots nobody holds now (for tests).
