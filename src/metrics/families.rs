@@ -3,13 +3,13 @@
 
 use prometheus_client::registry::Unit;
 
-use super::{Inner, process};
+use super::Inner;
 
 /// Registers every family of `m` in its registry.
 pub(super) fn register_all(m: &mut Inner) {
     #[cfg(target_os = "linux")]
     m.registry
-        .register_collector(Box::new(process::ProcessCollector));
+        .register_collector(Box::new(super::process::ProcessCollector));
     let r = m.registry.sub_registry_with_prefix("volmig");
     r.register(
         "registrations",
