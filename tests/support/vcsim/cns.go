@@ -160,11 +160,9 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: msg}, msg)}
 	}
 	if m.h.opts.alreadyReg {
-		for _, vm := range m.sortedMeta() {
-			if vm.datastore == ds.name && vm.relPath == rel && vm.createTime.Before(arrival) {
-				msg := fmt.Sprintf("The input volume [%s] %s is already registered as %s", ds.name, rel, vm.id)
-				return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsAlreadyRegisteredFault{VolumeId: cnstypes.CnsVolumeId{Id: vm.id}}, msg)}
-			}
+		if vm := m.firstRegistered(ds.name, rel, arrival); vm != nil {
+			msg := fmt.Sprintf("The input volume [%s] %s is already registered as %s", ds.name, rel, vm.id)
+			return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsAlreadyRegisteredFault{VolumeId: cnstypes.CnsVolumeId{Id: vm.id}}, msg)}
 		}
 	}
 	spec.Datastores = []types.ManagedObjectReference{ds.ref}
@@ -241,24 +239,48 @@ func (m *cnsManager) innerTaskResult(ref types.ManagedObjectReference) []cnstype
 	return nil
 }
 
-func (m *cnsManager) sortedMeta() []*volumeMeta {
-	out := make([]*volumeMeta, 0, len(m.meta))
+// firstRegistered returns the oldest volume (by creation, then ID) registered for the
+// disk rel on datastore ds before arrival, or nil: one pass, no sort of every volume.
+func (m *cnsManager) firstRegistered(ds, rel string, arrival time.Time) *volumeMeta {
+	var first *volumeMeta
 	for _, vm := range m.meta {
-		out = append(out, vm)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].createTime.Equal(out[j].createTime) {
-			return out[i].createTime.Before(out[j].createTime)
+		if vm.datastore != ds || vm.relPath != rel || !vm.createTime.Before(arrival) {
+			continue
 		}
-		return out[i].id < out[j].id
-	})
-	return out
+		if first == nil || vm.createTime.Before(first.createTime) ||
+			(vm.createTime.Equal(first.createTime) && vm.id < first.id) {
+			first = vm
+		}
+	}
+	return first
 }
 
 // allVolumes returns upstream's volumes, decorated and sorted by creation.
 func (m *cnsManager) allVolumes(ctx context.Context) []cnstypes.CnsVolume {
-	body := m.CnsVolumeManager.CnsQueryAllVolume(ctx, &cnstypes.CnsQueryAllVolume{This: cns.CnsVolumeManagerInstance})
-	vols := body.(*methods.CnsQueryAllVolumeBody).Res.Returnval.Volumes
+	return m.volumesAmong(ctx, nil)
+}
+
+// volumesAmong returns upstream's volumes whose IDs are in ids (every volume when ids is
+// nil), decorated and sorted by creation. Only the selected volumes are copied and sorted:
+// a query by name or ID costs what it costs a vCenter (an index lookup), not a sort of
+// every volume under the CNS manager's lock, which made each query slower as volumes
+// accumulated and serialised every client behind it.
+func (m *cnsManager) volumesAmong(ctx context.Context, ids map[string]bool) []cnstypes.CnsVolume {
+	var vols []cnstypes.CnsVolume
+	switch {
+	case ids == nil:
+		body := m.CnsVolumeManager.CnsQueryAllVolume(ctx, &cnstypes.CnsQueryAllVolume{This: cns.CnsVolumeManagerInstance})
+		vols = body.(*methods.CnsQueryAllVolumeBody).Res.Returnval.Volumes
+	case len(ids) == 0:
+		return nil
+	default:
+		filter := cnstypes.CnsQueryFilter{}
+		for id := range ids {
+			filter.VolumeIds = append(filter.VolumeIds, cnstypes.CnsVolumeId{Id: id})
+		}
+		body := m.CnsVolumeManager.CnsQueryVolume(ctx, &cnstypes.CnsQueryVolume{This: cns.CnsVolumeManagerInstance, Filter: filter})
+		vols = body.(*methods.CnsQueryVolumeBody).Res.Returnval.Volumes
+	}
 	for i := range vols {
 		v := &vols[i]
 		vm := m.meta[v.VolumeId.Id]
@@ -306,10 +328,34 @@ func stringSet(items []string) map[string]bool {
 	return s
 }
 
+// candidateIDs returns the IDs of the volumes a filter by volume IDs or names can match,
+// or nil when it names neither (every volume is a candidate). Every volume has metadata
+// (delegateCreate records it; removeVolume drops both), so names resolve through it.
+func (m *cnsManager) candidateIDs(filter cnstypes.CnsQueryFilter) map[string]bool {
+	if len(filter.VolumeIds) > 0 {
+		ids := make(map[string]bool, len(filter.VolumeIds))
+		for _, id := range filter.VolumeIds {
+			ids[id.Id] = true
+		}
+		return ids
+	}
+	if len(filter.Names) == 0 {
+		return nil
+	}
+	names := stringSet(filter.Names)
+	ids := map[string]bool{}
+	for id, vm := range m.meta {
+		if names[vm.name] {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
 // query applies the filter and cursor the way -cns-query says.
 func (m *cnsManager) query(ctx context.Context, filter cnstypes.CnsQueryFilter) cnstypes.CnsQueryResult {
-	all := m.allVolumes(ctx)
 	if m.h.opts.cnsQuery == "upstream" {
+		all := m.allVolumes(ctx)
 		// govmomi 0.24.2: only volumeIds is honoured, no paging, empty cursor.
 		if filter.VolumeIds == nil {
 			return cnstypes.CnsQueryResult{Volumes: all}
@@ -327,6 +373,9 @@ func (m *cnsManager) query(ctx context.Context, filter cnstypes.CnsQueryFilter) 
 		return cnstypes.CnsQueryResult{Volumes: out}
 	}
 
+	// The filters below still apply in full; the candidates only spare copying and
+	// sorting volumes that cannot match.
+	all := m.volumesAmong(ctx, m.candidateIDs(filter))
 	var ids []string
 	for _, id := range filter.VolumeIds {
 		ids = append(ids, id.Id)
