@@ -48,6 +48,7 @@ pub use keyed_lock::{KeyGuard, KeyedLock};
 #[cfg(any(test, feature = "testing"))]
 pub use memory_store::InMemoryStatusStore;
 pub use pressure::{CallGate, LeaderCheck, LeaderGate, NotLeader};
+use slots::HeldSlot;
 pub use slots::{Lane, Slot};
 pub use status_store::{
     StatusStore, StatusUpdate, StoreError, StoreErrorKind, StoredState, Version, apply,
@@ -411,12 +412,44 @@ impl Registrar {
         }
     }
 
-    /// Runs one backend call under the concurrency/rate limits and the leader check,
-    /// retrying transient failures per the retry policy, in `lane` (see [`Lane`]; retries
-    /// are always [`Lane::Started`]).
-    async fn call<T, F, Fut>(
+    /// Admits the next call of an operation under the slot it holds, or waits for one in
+    /// `lane` when it holds none (see [`HeldSlot`]).
+    async fn enter_held(
         &self,
         path: &VolumePath,
+        held: &mut HeldSlot,
+        lane: Lane,
+    ) -> Result<Slot, RegisterError> {
+        match held.0.take() {
+            Some(slot) => {
+                self.gate
+                    .reenter(&slot)
+                    .await
+                    .map_err(|source| self.not_leader(path, source))?;
+                Ok(slot)
+            }
+            None => self.enter(path, lane).await,
+        }
+    }
+
+    /// Runs one backend call under the concurrency/rate limits and the leader check,
+    /// retrying transient failures per the retry policy, in `lane` (see [`Lane`]; retries
+    /// are always [`Lane::Started`]). The slot is freed when the call ends.
+    async fn call<T, F, Fut>(&self, path: &VolumePath, lane: Lane, f: F) -> Result<T, RegisterError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, BackendError>>,
+    {
+        self.call_held(path, &mut HeldSlot::none(), lane, f).await
+    }
+
+    /// [`Self::call`] under the slot in `held` if there is one; a call that succeeds
+    /// leaves its slot in `held` for the operation's next call. A failed call frees it
+    /// (before any retry's sleep).
+    async fn call_held<T, F, Fut>(
+        &self,
+        path: &VolumePath,
+        held: &mut HeldSlot,
         lane: Lane,
         mut f: F,
     ) -> Result<T, RegisterError>
@@ -428,14 +461,17 @@ impl Registrar {
         loop {
             attempt += 1;
             let lane = if attempt == 1 { lane } else { Lane::Started };
-            let permit = self.enter(path, lane).await?;
+            let permit = self.enter_held(path, held, lane).await?;
             let result = stages::timed(RegistrationStage::VcenterCall, f()).await;
-            drop(permit);
             match result {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    held.0 = Some(permit);
+                    return Ok(value);
+                }
                 Err(e)
                     if e.class.is_retryable() && attempt < self.config.retry.attempts_per_call =>
                 {
+                    drop(permit);
                     let delay = self.config.retry.delay(attempt);
                     debug!(%path, error = %e, ?delay, "transient backend error, retrying");
                     tokio::time::sleep(delay).await;

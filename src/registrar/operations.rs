@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{
-    KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
-    StoredState, Version, choose_adoptee, create_request, stages,
+    HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate,
+    StoreErrorKind, StoredState, Version, choose_adoptee, create_request, stages,
 };
 use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
@@ -19,6 +19,13 @@ use crate::volume_path::VolumePath;
 
 /// Creates one `register` call may send at most; each after the grace of the one before.
 const MAX_CREATES_PER_CALL: u32 = 2;
+
+/// The volume a registration records: the one it created, or one it adopted.
+struct Found {
+    volume_id: VolumeId,
+    disk_uuid: Option<String>,
+    adopted: bool,
+}
 
 /// The outcome of one pass of the create loop.
 enum Attempt {
@@ -104,8 +111,11 @@ impl Registrar {
             return Ok(None);
         }
         let name = path.cns_volume_name();
+        let mut held = HeldSlot::none();
         let live = self
-            .call(path, Lane::New, || self.backend.find_volumes(&name, path))
+            .call_held(path, &mut held, Lane::New, || {
+                self.backend.find_volumes(&name, path)
+            })
             .await?;
         if !live.iter().any(|v| v.id == volume_id) {
             warn!(%path, %volume_id, "the ID kept in memory is gone from CNS; registering afresh");
@@ -114,7 +124,12 @@ impl Registrar {
         }
         let attempts = state.as_ref().map_or(1, |s| s.attempts.max(1));
         let version = state.as_ref().and_then(|s| s.version.clone());
-        self.record_id(path, volume_id, None, true, attempts, version)
+        let found = Found {
+            volume_id,
+            disk_uuid: None,
+            adopted: true,
+        };
+        self.record_id(path, found, attempts, version, &mut held)
             .await
             .map(Some)
     }
@@ -140,8 +155,10 @@ impl Registrar {
         attempts: u32,
         mut state: Option<StoredState>,
     ) -> Result<Registration, RegisterError> {
+        // One slot from the first call to the last (released while waiting otherwise).
+        let mut held = HeldSlot::none();
         let disk_uuid = match self
-            .call(path, Lane::New, || self.backend.disk_uuid(path))
+            .call_held(path, &mut held, Lane::New, || self.backend.disk_uuid(path))
             .await
         {
             Ok(uuid) => uuid,
@@ -156,7 +173,7 @@ impl Registrar {
         let mut creates = 0;
         loop {
             match self
-                .attempt(path, attempts, &disk_uuid, &state, &mut creates)
+                .attempt(path, attempts, &disk_uuid, &state, &mut creates, &mut held)
                 .await?
             {
                 Attempt::Done(registration) => return Ok(registration),
@@ -175,7 +192,7 @@ impl Registrar {
     }
 
     /// One look at CNS, then (if nothing can be adopted and no create is in flight) one
-    /// write-ahead and one create.
+    /// write-ahead and one create, under the slot in `held` while they follow each other.
     async fn attempt(
         &self,
         path: &VolumePath,
@@ -183,6 +200,7 @@ impl Registrar {
         disk_uuid: &str,
         state: &Option<StoredState>,
         creates: &mut u32,
+        held: &mut HeldSlot,
     ) -> Result<Attempt, RegisterError> {
         let policy = state.as_ref().and_then(|s| s.storage_policy.clone());
         let request = create_request(&self.config, path, policy);
@@ -198,7 +216,7 @@ impl Registrar {
             let ids = lookup(path);
             if !ids.is_empty() {
                 let live = self
-                    .call(path, Lane::Started, || async {
+                    .call_held(path, held, Lane::Started, || async {
                         let mut live = self.backend.volumes_by_id(&ids).await?;
                         date_volumes_of_one_disk(self.backend.as_ref(), &mut live).await;
                         Ok(live)
@@ -207,7 +225,7 @@ impl Registrar {
                 if let Some(volume) = crate::backend::selection::oldest(&live) {
                     info!(%path, volume_id = %volume.id, "adopting the ID the CSI driver's cache holds");
                     return self
-                        .adopt(path, volume.id.clone(), disk_uuid, attempts, version)
+                        .adopt(path, volume.id.clone(), disk_uuid, attempts, version, held)
                         .await;
                 }
             }
@@ -216,7 +234,7 @@ impl Registrar {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
             let existing = self
-                .call(path, Lane::Started, || async {
+                .call_held(path, held, Lane::Started, || async {
                     let mut found = self.backend.find_volumes(&request.name, path).await?;
                     date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
                     Ok(found)
@@ -224,7 +242,7 @@ impl Registrar {
                 .await?;
             if let Some(volume) = choose_adoptee(&existing, &request.name) {
                 return self
-                    .adopt(path, volume.id.clone(), disk_uuid, attempts, version)
+                    .adopt(path, volume.id.clone(), disk_uuid, attempts, version, held)
                     .await;
             }
             // A create under this marker may still run in vCenter: only look until its
@@ -238,16 +256,20 @@ impl Registrar {
             }
             let wait = (deadline - now).min(self.config.adoption_poll);
             info!(%path, ?wait, "a create may still be in flight; looking again before creating");
+            held.release();
             tokio::time::sleep(wait).await;
         }
         if *creates >= MAX_CREATES_PER_CALL {
+            held.release();
             return Err(RegisterError::OutcomeUnknown {
                 path: path.clone(),
                 retry_after: self.config.retry.delay(*creates),
             });
         }
 
-        let permit = self.enter(path, Lane::Started).await?;
+        // The marker is written under the create's slot: it dates a create that can start
+        // right after it, not one still queued for a slot.
+        let permit = self.enter_held(path, held, Lane::Started).await?;
         let token = self.new_token();
         let write_ahead = StatusUpdate::Registering {
             attempts,
@@ -261,6 +283,7 @@ impl Registrar {
         let version = match saved {
             Ok(version) => version,
             Err(e) if e.kind == StoreErrorKind::Conflict => {
+                drop(permit);
                 return Ok(Attempt::Reread(self.load(path).await?));
             }
             Err(source) => {
@@ -279,16 +302,28 @@ impl Registrar {
             self.backend.create_volume(&request),
         )
         .await;
-        drop(permit);
+        let created = match created {
+            Ok(id) => {
+                held.0 = Some(permit);
+                Ok(id)
+            }
+            Err(e) => {
+                drop(permit);
+                Err(e)
+            }
+        };
         match created {
             Ok(id) => self
                 .record_id(
                     path,
-                    id,
-                    Some(disk_uuid.to_owned()),
-                    false,
+                    Found {
+                        volume_id: id,
+                        disk_uuid: Some(disk_uuid.to_owned()),
+                        adopted: false,
+                    },
                     attempts,
                     Some(version),
+                    held,
                 )
                 .await
                 .map(Attempt::Done),
@@ -316,15 +351,14 @@ impl Registrar {
         disk_uuid: &str,
         attempts: u32,
         version: Option<Version>,
+        held: &mut HeldSlot,
     ) -> Result<Attempt, RegisterError> {
-        self.record_id(
-            path,
-            id,
-            Some(disk_uuid.to_owned()),
-            true,
-            attempts,
-            version,
-        )
+        let found = Found {
+            volume_id: id,
+            disk_uuid: Some(disk_uuid.to_owned()),
+            adopted: true,
+        };
+        self.record_id(path, found, attempts, version, held)
         .await
         .map(Attempt::Done)
     }
@@ -339,18 +373,24 @@ impl Registrar {
 
     /// Stores `volume_id` conditionally on `version` (the state it was decided on). Keeps it
     /// in memory until stored; never replaces another stored ID (rule 9): a write that
-    /// loses its condition re-reads and yields to an ID stored meanwhile.
+    /// loses its condition re-reads and yields to an ID stored meanwhile. Protection is
+    /// the last backend call (under `held`'s slot); the slot is freed before the write.
     async fn record_id(
         &self,
         path: &VolumePath,
-        volume_id: VolumeId,
-        disk_uuid: Option<String>,
-        adopted: bool,
+        found: Found,
         attempts: u32,
         mut version: Option<Version>,
+        held: &mut HeldSlot,
     ) -> Result<Registration, RegisterError> {
+        let Found {
+            volume_id,
+            disk_uuid,
+            adopted,
+        } = found;
         self.unsaved_map().insert(path.clone(), volume_id.clone());
-        let protected = self.try_protect(path, &volume_id).await;
+        let protected = self.try_protect(path, &volume_id, held).await;
+        held.release();
         let update = StatusUpdate::Registered {
             volume_id: volume_id.clone(),
             disk_uuid,

@@ -137,6 +137,18 @@ impl CallGate {
             return Err(NotLeader);
         }
         let permit = self.slots.acquire(lane).await;
+        self.admit().await?;
+        Ok(permit)
+    }
+
+    /// Admits one more call under a slot the caller already holds (an operation going on
+    /// to its next call): waits for the rate limit, then checks leadership. On
+    /// [`NotLeader`] the caller should drop the slot.
+    pub async fn reenter(&self, _held: &Slot) -> Result<(), NotLeader> {
+        self.admit().await
+    }
+
+    async fn admit(&self) -> Result<(), NotLeader> {
         if let Some(rate) = &self.rate {
             let start = rate.reserve().await;
             // Only when the rate binds: a timer rounds up to the next millisecond tick of
@@ -149,7 +161,7 @@ impl CallGate {
         if !self.leader.is_open() {
             return Err(NotLeader);
         }
-        Ok(permit)
+        Ok(())
     }
 }
 

@@ -4,19 +4,25 @@
 
 use tracing::{instrument, warn};
 
-use super::{Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind};
+use super::{HeldSlot, Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind};
 use crate::backend::VolumeId;
 use crate::volume_path::VolumePath;
 
 impl Registrar {
-    /// Keeps the disk of `volume_id` when its VM is deleted (docs/design.md §8.3); true when it is
-    /// known to be protected. A failure is logged; full sync tries again.
-    pub(super) async fn try_protect(&self, path: &VolumePath, volume_id: &VolumeId) -> bool {
+    /// Keeps the disk of `volume_id` when its VM is deleted (docs/design.md §8.3), under the
+    /// slot in `held` if there is one; true when it is known to be protected. A failure
+    /// is logged; full sync tries again.
+    pub(super) async fn try_protect(
+        &self,
+        path: &VolumePath,
+        volume_id: &VolumeId,
+        held: &mut HeldSlot,
+    ) -> bool {
         if self.fence(path).is_err() {
             return false;
         }
         match self
-            .call(path, Lane::Started, || {
+            .call_held(path, held, Lane::Started, || {
                 self.backend.protect_from_vm_delete(volume_id)
             })
             .await
@@ -43,7 +49,7 @@ impl Registrar {
         let Some(state) = self.load(path).await? else {
             return Ok(false);
         };
-        if state.registered_id() != Some(volume_id) || !self.try_protect(path, volume_id).await {
+        if state.registered_id() != Some(volume_id) || !self.try_protect(path, volume_id, &mut HeldSlot::none()).await {
             return Ok(false);
         }
         match self
@@ -78,7 +84,7 @@ impl Registrar {
             return Ok(false);
         }
         self.fence(path)?;
-        let protected = self.try_protect(path, driver_id).await;
+        let protected = self.try_protect(path, driver_id, &mut HeldSlot::none()).await;
         let update = StatusUpdate::Registered {
             volume_id: driver_id.clone(),
             disk_uuid: None,

@@ -121,6 +121,27 @@ impl Drop for Slot {
     }
 }
 
+/// The slot an operation keeps between its consecutive backend calls (a registration's
+/// look-ups, write-ahead, create and protection), so that each of its calls does not
+/// queue again behind every other operation's: a registration then holds one slot from
+/// its first call to its last, as one worker per slot would. Released (by
+/// [`HeldSlot::release`] or by dropping it) before anything that waits without calling
+/// vCenter: a sleep, a retry's delay, the result's status write.
+#[derive(Debug, Default)]
+pub(super) struct HeldSlot(pub(super) Option<Slot>);
+
+impl HeldSlot {
+    /// Holding nothing: the next call waits for a slot.
+    pub(super) fn none() -> Self {
+        Self(None)
+    }
+
+    /// Frees the slot, if one is held.
+    pub(super) fn release(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// A caller waiting for a slot; if dropped before it took the slot handed to it, the slot
 /// goes on to the next waiter.
 struct Waiting {

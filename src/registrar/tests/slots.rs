@@ -102,3 +102,94 @@ async fn registrations_under_way_go_before_new_ones() {
     assert_eq!(f.backend.calls(op::CREATE), paths.len() as u64);
     assert_eq!(f.backend.max_live_per_path(), 1);
 }
+
+/// Spawns `register(p)` and returns its handle.
+fn spawn_register(
+    f: &Fixture,
+    p: &VolumePath,
+) -> tokio::task::JoinHandle<Result<Registration, RegisterError>> {
+    let (r, p) = (f.registrar.clone(), p.clone());
+    tokio::spawn(async move { r.register(&p).await })
+}
+
+/// A registration keeps its slot from its first backend call to its last (the bare
+/// client's one worker per slot): with one slot, the first of two registrations takes
+/// exactly its own four calls' time. Taking a slot per call, it queued again behind the
+/// other registration before each of its calls (finished at 70 ms, not 40).
+#[tokio::test(start_paused = true)]
+async fn a_registration_keeps_its_slot_between_its_calls() {
+    let f = fixture(config().with_max_concurrent(1));
+    let (a, b) = (path(40), path(41));
+    f.backend.add_disk(&a);
+    f.backend.add_disk(&b);
+    for operation in [op::DISK_UUID, op::FIND, op::CREATE, op::PROTECT] {
+        f.backend.set_latency(operation, Duration::from_millis(10));
+    }
+    let start = tokio::time::Instant::now();
+    let (first, second) = (spawn_register(&f, &a), spawn_register(&f, &b));
+    first.await.unwrap().unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(40));
+    second.await.unwrap().unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(80));
+    assert_eq!(f.backend.calls(op::CREATE), 2);
+    assert_eq!(f.backend.max_in_flight(op::CREATE), 1);
+    assert_eq!(f.backend.max_live_per_path(), 1);
+}
+
+/// The slot a registration keeps is freed while it waits out another create's grace: the
+/// other vmdks are registered meanwhile, not after the grace.
+#[tokio::test(start_paused = true)]
+async fn waiting_for_a_grace_frees_the_slot() {
+    let grace = Duration::from_secs(5);
+    let f = fixture(
+        config()
+            .with_max_concurrent(1)
+            .with_in_flight_grace(grace)
+            .with_adoption_poll(Duration::from_millis(500)),
+    );
+    let (waits, other) = (path(42), path(43));
+    f.backend.add_disk(&waits);
+    f.backend.add_disk(&other);
+    write_ahead_now(&f.store, &waits).await;
+    let start = tokio::time::Instant::now();
+    let waiting = spawn_register(&f, &waits);
+    tokio::task::yield_now().await;
+    f.registrar.register(&other).await.unwrap();
+    assert!(
+        start.elapsed() < grace,
+        "the other vmdk waited for the grace: {:?}",
+        start.elapsed()
+    );
+    let reg = waiting.await.unwrap().unwrap();
+    assert!(!reg.adopted, "nothing appeared during the grace: created after it");
+    assert!(start.elapsed() >= grace);
+    assert_eq!(f.backend.calls(op::CREATE), 2);
+}
+
+/// A transient failure frees the slot before the retry's delay: another registration
+/// goes through during the delay instead of after the retried one.
+#[tokio::test(start_paused = true)]
+async fn a_retry_delay_frees_the_slot() {
+    let f = fixture(config().with_max_concurrent(1));
+    let (fails, other) = (path(44), path(45));
+    f.backend.add_disk(&fails);
+    f.backend.add_disk(&other);
+    f.backend.set_latency(op::DISK_UUID, Duration::from_millis(1));
+    f.backend
+        .inject(op::FIND, Fault::Fail(ErrorClass::Transient), 1);
+    let finished_at = |handle: tokio::task::JoinHandle<Result<Registration, RegisterError>>| async move {
+        handle.await.unwrap().unwrap();
+        tokio::time::Instant::now()
+    };
+    // `fails` takes the slot first; its look-up fails and it waits 10 ms to retry.
+    let failing = tokio::spawn(finished_at(spawn_register(&f, &fails)));
+    tokio::time::sleep(Duration::from_micros(500)).await;
+    let passing = tokio::spawn(finished_at(spawn_register(&f, &other)));
+    let (failed_at, passed_at) = (failing.await.unwrap(), passing.await.unwrap());
+    assert!(
+        passed_at < failed_at,
+        "the other registration waited for the retried one"
+    );
+    assert_eq!(f.backend.calls(op::CREATE), 2);
+    assert_eq!(f.backend.max_live_per_path(), 1);
+}
