@@ -1,5 +1,6 @@
 //! `volmig`: command-line entry point. Parsing and wiring only; the library holds the logic.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -13,8 +14,10 @@ const EXIT_NOT_REGISTERED: u8 = 3;
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("VOLMIG_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,kube_client=warn"));
+    // Colours only on a terminal: `kubectl logs` and log collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -196,10 +196,10 @@ async fn failed_path_registers_when_its_vmdk_appears() {
         .map(|v| v.id)
         .collect();
     assert_eq!(ids, vec![volume_id(&vm).unwrap()]);
-    assert!(
-        daemon.log_text().contains("full sync pass"),
-        "full sync logged its pass"
-    );
+    let log = daemon.log_text();
+    assert!(log.contains("full sync pass"), "full sync logged its pass");
+    // The log goes to a file here, as under kubectl logs: no terminal colour codes.
+    assert!(!log.contains('\u{1b}'), "ANSI escapes in a log written to a file");
     println!("Failed (DiskNotFound) → Registered by full sync once the vmdk appeared, no restart");
 }
 

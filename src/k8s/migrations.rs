@@ -2,7 +2,7 @@
 //! path, so racing creators end with one object (the loser gets 409 AlreadyExists).
 
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use tracing::info;
+use tracing::debug;
 
 use crate::api::{FIELD_MANAGER, FINALIZER, VolumeMigration, VolumeMigrationSpec};
 use crate::volume_path::VolumePath;
@@ -71,7 +71,9 @@ pub async fn ensure_migration(
     };
     match api.create(&params, &new_migration(path)).await {
         Ok(_) => {
-            info!(%path, %name, "created VolumeMigration");
+            // Debug: one line per new PV at info would double the log of a migration;
+            // the registration's own lines (create, outcome) say what matters.
+            debug!(%path, %name, "created VolumeMigration");
             Ok(true)
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {

@@ -330,7 +330,8 @@ impl VolumeBackend for CnsBackend {
             .keep_after_delete_vm(&self.inner.client, op::PROTECT, id)
             .await
             .map_err(|e| fault::about(e, &format!("CNS volume {id}")))?;
-        tracing::info!(volume_id = %id, "disk protected from VM deletion (keepAfterDeleteVm)");
+        // The status records it (`protected`); one info line per registration is enough.
+        tracing::debug!(volume_id = %id, "disk protected from VM deletion (keepAfterDeleteVm)");
         Ok(Protection::FlagSet)
     }
 
