@@ -468,15 +468,18 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
 }
 
 /// Waits until `n` VolumeMigrations are Registered, looking at the in-process API server's
-/// store every [`POLL`]: asking volmig (its `/metrics`, fifty times a second) would load the
-/// process being measured, which the bare client never pays for.
+/// store: asking volmig (its `/metrics`, fifty times a second) would load the process being
+/// measured, which the bare client never pays for. Each look reads every object under the
+/// store's lock, which the API server needs too, so the looks are spaced by
+/// [`next_look`]: every [`POLL`] near the end, rarer before.
 async fn wait_until_registered(
     cluster: &Cluster,
     daemon: &mut Daemon,
     n: usize,
     limit: Duration,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
+    let started = Instant::now();
+    let deadline = started + limit;
     loop {
         let registered = cluster
             .server
@@ -491,6 +494,40 @@ async fn wait_until_registered(
             Instant::now() < deadline,
             "{registered} of {n} VolumeMigrations Registered after {limit:?}"
         );
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(next_look(registered, n, started.elapsed())).await;
+    }
+}
+
+/// How long to wait before the next look, with `done` of `n` registered after `elapsed`:
+/// half the time the rest would take at the average rate so far, between [`POLL`] and
+/// [`MAX_LOOK`]. The clock stops at most one [`POLL`] late unless the rate more than
+/// doubles at the very end (a late stop counts against volmig, never for it).
+pub fn next_look(done: usize, n: usize, elapsed: Duration) -> Duration {
+    if done == 0 || done >= n {
+        return POLL;
+    }
+    let rest = elapsed.mul_f64((n - done) as f64 / done as f64);
+    (rest / 2).clamp(POLL, MAX_LOOK)
+}
+
+/// The longest wait between two looks at the store.
+const MAX_LOOK: Duration = Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_are_rare_far_from_the_end_and_every_poll_near_it() {
+        // 100 of 1000 after 1 s: 9 s to go, look again at the longest wait.
+        assert_eq!(next_look(100, 1000, Duration::from_secs(1)), MAX_LOOK);
+        // 900 of 1000 after 1 s: ~0.11 s to go, half of it.
+        let wait = next_look(900, 1000, Duration::from_secs(1));
+        assert!(wait > POLL && wait < Duration::from_millis(60), "{wait:?}");
+        // 995 of 1000: every POLL.
+        assert_eq!(next_look(995, 1000, Duration::from_secs(2)), POLL);
+        // Nothing yet (no rate known) or all done: every POLL.
+        assert_eq!(next_look(0, 1000, Duration::from_secs(1)), POLL);
+        assert_eq!(next_look(1000, 1000, Duration::from_secs(1)), POLL);
     }
 }
