@@ -199,7 +199,10 @@ async fn failed_path_registers_when_its_vmdk_appears() {
     let log = daemon.log_text();
     assert!(log.contains("full sync pass"), "full sync logged its pass");
     // The log goes to a file here, as under kubectl logs: no terminal colour codes.
-    assert!(!log.contains('\u{1b}'), "ANSI escapes in a log written to a file");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escapes in a log written to a file"
+    );
     println!("Failed (DiskNotFound) → Registered by full sync once the vmdk appeared, no restart");
 }
 

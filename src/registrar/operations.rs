@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{
-    HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate,
-    StoreErrorKind, StoredState, Version, choose_adoptee, create_request, stages,
+    HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
+    StoredState, Version, choose_adoptee, create_request, stages,
 };
 use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
@@ -359,8 +359,8 @@ impl Registrar {
             adopted: true,
         };
         self.record_id(path, found, attempts, version, held)
-        .await
-        .map(Attempt::Done)
+            .await
+            .map(Attempt::Done)
     }
 
     fn new_token(&self) -> String {

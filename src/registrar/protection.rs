@@ -49,7 +49,11 @@ impl Registrar {
         let Some(state) = self.load(path).await? else {
             return Ok(false);
         };
-        if state.registered_id() != Some(volume_id) || !self.try_protect(path, volume_id, &mut HeldSlot::none()).await {
+        if state.registered_id() != Some(volume_id)
+            || !self
+                .try_protect(path, volume_id, &mut HeldSlot::none())
+                .await
+        {
             return Ok(false);
         }
         match self
@@ -84,7 +88,9 @@ impl Registrar {
             return Ok(false);
         }
         self.fence(path)?;
-        let protected = self.try_protect(path, driver_id, &mut HeldSlot::none()).await;
+        let protected = self
+            .try_protect(path, driver_id, &mut HeldSlot::none())
+            .await;
         let update = StatusUpdate::Registered {
             volume_id: driver_id.clone(),
             disk_uuid: None,

@@ -161,7 +161,10 @@ async fn waiting_for_a_grace_frees_the_slot() {
         start.elapsed()
     );
     let reg = waiting.await.unwrap().unwrap();
-    assert!(!reg.adopted, "nothing appeared during the grace: created after it");
+    assert!(
+        !reg.adopted,
+        "nothing appeared during the grace: created after it"
+    );
     assert!(start.elapsed() >= grace);
     assert_eq!(f.backend.calls(op::CREATE), 2);
 }
@@ -174,7 +177,8 @@ async fn a_retry_delay_frees_the_slot() {
     let (fails, other) = (path(44), path(45));
     f.backend.add_disk(&fails);
     f.backend.add_disk(&other);
-    f.backend.set_latency(op::DISK_UUID, Duration::from_millis(1));
+    f.backend
+        .set_latency(op::DISK_UUID, Duration::from_millis(1));
     f.backend
         .inject(op::FIND, Fault::Fail(ErrorClass::Transient), 1);
     let finished_at = |handle: tokio::task::JoinHandle<Result<Registration, RegisterError>>| async move {
