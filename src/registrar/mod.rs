@@ -29,6 +29,7 @@ use crate::backend::{BackendError, CreateVolumeRequest, ErrorClass, VolumeBacken
 use crate::metrics::{Metrics, RegistrationStage};
 use crate::volume_path::{PathError, VolumePath};
 
+mod create;
 mod in_flight;
 mod keyed_lock;
 #[cfg(any(test, feature = "testing"))]

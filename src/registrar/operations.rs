@@ -7,6 +7,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
+use super::create::CreateStep;
 use super::{
     HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
     StoredState, Version, choose_adoptee, create_request, stages,
@@ -21,14 +22,14 @@ use crate::volume_path::VolumePath;
 const MAX_CREATES_PER_CALL: u32 = 2;
 
 /// The volume a registration records: the one it created, or one it adopted.
-struct Found {
-    volume_id: VolumeId,
-    disk_uuid: Option<String>,
-    adopted: bool,
+pub(super) struct Found {
+    pub volume_id: VolumeId,
+    pub disk_uuid: Option<String>,
+    pub adopted: bool,
 }
 
 /// The outcome of one pass of the create loop.
-enum Attempt {
+pub(super) enum Attempt {
     Done(Registration),
     /// The state changed under us (a conditional write lost): decide again from it.
     Reread(Option<StoredState>),
@@ -230,6 +231,19 @@ impl Registrar {
                 }
             }
         }
+        let step = CreateStep {
+            path,
+            attempts,
+            disk_uuid,
+            request: &request,
+        };
+        let Some(token) = &marker else {
+            if *creates >= MAX_CREATES_PER_CALL {
+                held.release();
+                return Err(self.outcome_unknown(path, *creates));
+            }
+            return self.look_and_create(&step, version, creates, held).await;
+        };
         loop {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
@@ -247,7 +261,6 @@ impl Registrar {
             }
             // A create under this marker may still run in vCenter: only look until its
             // grace is over (rule 8).
-            let Some(token) = &marker else { break };
             let deadline = self.in_flight.deadline(path, token, grace);
             let now = Instant::now();
             if now >= deadline {
@@ -261,10 +274,7 @@ impl Registrar {
         }
         if *creates >= MAX_CREATES_PER_CALL {
             held.release();
-            return Err(RegisterError::OutcomeUnknown {
-                path: path.clone(),
-                retry_after: self.config.retry.delay(*creates),
-            });
+            return Err(self.outcome_unknown(path, *creates));
         }
 
         // The marker is written under the create's slot: it dates a create that can start
@@ -280,71 +290,31 @@ impl Registrar {
             self.store.save(path, &write_ahead, version.as_ref()),
         )
         .await;
-        let version = match saved {
-            Ok(version) => version,
+        match saved {
+            Ok(version) => {
+                self.create(&step, permit, &token, version, creates, held)
+                    .await
+            }
             Err(e) if e.kind == StoreErrorKind::Conflict => {
                 drop(permit);
-                return Ok(Attempt::Reread(self.load(path).await?));
-            }
-            Err(source) => {
-                return Err(RegisterError::Store {
-                    path: path.clone(),
-                    source,
-                });
-            }
-        };
-        // Fencing: the write-ahead may have taken long; only a current leader creates.
-        self.fence(path)?;
-        self.in_flight.started(path, &token);
-        *creates += 1;
-        let created = stages::timed(
-            RegistrationStage::VcenterCall,
-            self.backend.create_volume(&request),
-        )
-        .await;
-        let created = match created {
-            Ok(id) => {
-                held.0 = Some(permit);
-                Ok(id)
-            }
-            Err(e) => {
-                drop(permit);
-                Err(e)
-            }
-        };
-        match created {
-            Ok(id) => self
-                .record_id(
-                    path,
-                    Found {
-                        volume_id: id,
-                        disk_uuid: Some(disk_uuid.to_owned()),
-                        adopted: false,
-                    },
-                    attempts,
-                    Some(version),
-                    held,
-                )
-                .await
-                .map(Attempt::Done),
-            Err(e) if e.class == ErrorClass::Transient => {
-                // Timeout, lost reply, failed task poll: the create may still complete.
-                warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
                 Ok(Attempt::Reread(self.load(path).await?))
             }
-            Err(source) => {
-                // vCenter refused the create: nothing is in flight.
-                self.in_flight.forget(path);
-                Err(RegisterError::Backend {
-                    path: path.clone(),
-                    source,
-                })
-            }
+            Err(source) => Err(RegisterError::Store {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn outcome_unknown(&self, path: &VolumePath, creates: u32) -> RegisterError {
+        RegisterError::OutcomeUnknown {
+            path: path.clone(),
+            retry_after: self.config.retry.delay(creates),
         }
     }
 
     /// Records an existing CNS volume as the registration of `path` (adoption).
-    async fn adopt(
+    pub(super) async fn adopt(
         &self,
         path: &VolumePath,
         id: VolumeId,
@@ -363,7 +333,7 @@ impl Registrar {
             .map(Attempt::Done)
     }
 
-    fn new_token(&self) -> String {
+    pub(super) fn new_token(&self) -> String {
         format!(
             "{}/{:016x}",
             self.config.instance,
@@ -375,7 +345,7 @@ impl Registrar {
     /// in memory until stored; never replaces another stored ID (rule 9): a write that
     /// loses its condition re-reads and yields to an ID stored meanwhile. Protection is
     /// the last backend call (under `held`'s slot); the slot is freed before the write.
-    async fn record_id(
+    pub(super) async fn record_id(
         &self,
         path: &VolumePath,
         found: Found,

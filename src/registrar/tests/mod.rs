@@ -453,6 +453,7 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
 }
 
 mod fencing;
+mod first_look;
 mod interleavings;
 mod slots;
 mod stages;

@@ -1,0 +1,233 @@
+//! The create step of a registration: the write-ahead, the fence and the create itself,
+//! and the first look at CNS, which the write-ahead overlaps when no create can be in
+//! flight (docs/design.md §4.2).
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::operations::{Attempt, Found};
+use super::{
+    HeldSlot, Lane, RegisterError, Registrar, Slot, StatusUpdate, StoreError, StoreErrorKind,
+    Version, choose_adoptee, stages,
+};
+use crate::backend::selection::date_volumes_of_one_disk;
+use crate::backend::{CnsVolume, CreateVolumeRequest, ErrorClass, VolumeId};
+use crate::metrics::RegistrationStage;
+use crate::volume_path::VolumePath;
+
+/// What one registration is creating: the path, its disk and the request.
+pub(super) struct CreateStep<'a> {
+    pub path: &'a VolumePath,
+    pub attempts: u32,
+    pub disk_uuid: &'a str,
+    pub request: &'a CreateVolumeRequest,
+}
+
+impl Registrar {
+    /// Looks for a volume to adopt while the write-ahead is stored, then creates if there
+    /// is none. Only for a status without a marker: no create of this path can be in
+    /// flight, so nothing the look finds can change what the write-ahead says, and the
+    /// create that follows an empty look does not wait for one more status write.
+    ///
+    /// Both run under the slot in `held` (the look's): the marker still dates a create
+    /// that starts right after it. A look that fails leaves the marker of a create that
+    /// was never sent; the failure recorded after it replaces the marker.
+    pub(super) async fn look_and_create(
+        &self,
+        step: &CreateStep<'_>,
+        version: Option<Version>,
+        creates: &mut u32,
+        held: &mut HeldSlot,
+    ) -> Result<Attempt, RegisterError> {
+        let path = step.path;
+        let token = self.new_token();
+        let write_ahead = StatusUpdate::Registering {
+            attempts: step.attempts,
+            token: token.clone(),
+        };
+        let look = async {
+            let found = self
+                .call_held(path, held, Lane::Started, || async {
+                    let mut found = self.backend.find_volumes(&step.request.name, path).await?;
+                    date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
+                    Ok(found)
+                })
+                .await;
+            (found, Instant::now())
+        };
+        let save = async {
+            let saved = self.store.save(path, &write_ahead, version.as_ref()).await;
+            (saved, Instant::now())
+        };
+        let ((found, looked_at), (saved, saved_at)) = tokio::join!(look, save);
+        // The look is a vCenter call already; the write-ahead costs what it adds after it.
+        stages::add(
+            RegistrationStage::StatusWriteAhead,
+            saved_at.saturating_duration_since(looked_at),
+        );
+        match decide_first_look(found?, saved, &step.request.name) {
+            FirstLook::Adopt { id, version } => {
+                self.adopt(path, id, step.disk_uuid, step.attempts, version, held)
+                    .await
+            }
+            FirstLook::Create { version } => {
+                let permit = self.enter_held(path, held, Lane::Started).await?;
+                self.create(step, permit, &token, version, creates, held)
+                    .await
+            }
+            FirstLook::Reread => {
+                held.release();
+                Ok(Attempt::Reread(self.load(path).await?))
+            }
+            FirstLook::StoreFailed(source) => Err(RegisterError::Store {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Sends the create under `permit` after its write-ahead (`token`, stored as
+    /// `version`) and records the ID it returns.
+    pub(super) async fn create(
+        &self,
+        step: &CreateStep<'_>,
+        permit: Slot,
+        token: &str,
+        version: Version,
+        creates: &mut u32,
+        held: &mut HeldSlot,
+    ) -> Result<Attempt, RegisterError> {
+        let path = step.path;
+        // Fencing: the write-ahead may have taken long; only a current leader creates.
+        self.fence(path)?;
+        self.in_flight.started(path, token);
+        *creates += 1;
+        let created = stages::timed(
+            RegistrationStage::VcenterCall,
+            self.backend.create_volume(step.request),
+        )
+        .await;
+        match created {
+            Ok(id) => {
+                held.0 = Some(permit);
+                let found = Found {
+                    volume_id: id,
+                    disk_uuid: Some(step.disk_uuid.to_owned()),
+                    adopted: false,
+                };
+                self.record_id(path, found, step.attempts, Some(version), held)
+                    .await
+                    .map(Attempt::Done)
+            }
+            Err(e) if e.class == ErrorClass::Transient => {
+                drop(permit);
+                // Timeout, lost reply, failed task poll: the create may still complete.
+                warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
+                Ok(Attempt::Reread(self.load(path).await?))
+            }
+            Err(source) => {
+                drop(permit);
+                // vCenter refused the create: nothing is in flight.
+                self.in_flight.forget(path);
+                Err(RegisterError::Backend {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// What a first look and the write-ahead beside it lead to.
+#[derive(Debug)]
+enum FirstLook {
+    /// A volume exists: record it, conditional on the write-ahead's version.
+    Adopt {
+        id: VolumeId,
+        version: Option<Version>,
+    },
+    /// Nothing to adopt and the write-ahead stored: create under it.
+    Create { version: Version },
+    /// The status changed under us: decide again from a fresh read.
+    Reread,
+    /// The write-ahead failed for another reason.
+    StoreFailed(StoreError),
+}
+
+/// Pure: the outcome of a successful look (`found`) and of the write-ahead (`saved`).
+fn decide_first_look(
+    found: Vec<CnsVolume>,
+    saved: Result<Version, StoreError>,
+    name: &str,
+) -> FirstLook {
+    match (choose_adoptee(&found, name), saved) {
+        (_, Err(e)) if e.kind == StoreErrorKind::Conflict => FirstLook::Reread,
+        (_, Err(e)) => FirstLook::StoreFailed(e),
+        (Some(volume), Ok(version)) => FirstLook::Adopt {
+            id: volume.id.clone(),
+            version: Some(version),
+        },
+        (None, Ok(version)) => FirstLook::Create { version },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CnsVolume;
+
+    fn volume(id: &str, name: &str) -> CnsVolume {
+        CnsVolume {
+            id: VolumeId::from(id),
+            name: name.to_owned(),
+            backing_path: None,
+            created: None,
+        }
+    }
+
+    fn stale() -> StoreError {
+        StoreError::new(
+            &VolumePath::parse("[ds] a.vmdk").unwrap(),
+            StoreErrorKind::Conflict,
+            "stale",
+        )
+    }
+
+    #[test]
+    fn an_empty_look_creates_under_the_stored_write_ahead() {
+        let out = decide_first_look(vec![], Ok(Version("7".into())), "n");
+        assert!(matches!(out, FirstLook::Create { version } if version.0 == "7"));
+    }
+
+    #[test]
+    fn a_found_volume_is_adopted_on_the_write_aheads_version() {
+        let out = decide_first_look(vec![volume("v-1", "n")], Ok(Version("7".into())), "n");
+        assert!(
+            matches!(&out, FirstLook::Adopt { id, version: Some(v) } if id.0 == "v-1" && v.0 == "7"),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_lost_write_ahead_rereads_whatever_the_look_found() {
+        for found in [vec![], vec![volume("v-1", "n")]] {
+            let out = decide_first_look(found, Err(stale()), "n");
+            assert!(matches!(out, FirstLook::Reread), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_write_ahead_is_an_error_whatever_the_look_found() {
+        let unavailable = || {
+            StoreError::new(
+                &VolumePath::parse("[ds] a.vmdk").unwrap(),
+                StoreErrorKind::Unavailable,
+                "down",
+            )
+        };
+        for found in [vec![], vec![volume("v-1", "n")]] {
+            let out = decide_first_look(found, Err(unavailable()), "n");
+            assert!(matches!(out, FirstLook::StoreFailed(_)), "{out:?}");
+        }
+    }
+}
