@@ -234,8 +234,17 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
 
 /// Draws `memory.png`: resident memory against tracked volumes, with the goal line
 /// (idle + 1 KiB per volume).
+/// Without memory data (neither `tracked` nor an end-to-end steady daemon's RSS, e.g.
+/// `--only throughput`) there is no chart rather than empty axes.
 pub fn memory(r: &Results, path: &Path) -> anyhow::Result<()> {
+    if !has_memory_data(r) {
+        return Ok(());
+    }
     draw_memory(r, path, font().is_some())
+}
+
+fn has_memory_data(r: &Results) -> bool {
+    !r.tracked.is_empty() || r.steady.iter().any(|s| s.rss_kib_after.is_some())
 }
 
 fn draw_memory(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
@@ -440,6 +449,23 @@ mod tests {
             goals: Vec::new(),
             notes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn no_chart_is_drawn_without_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = sample();
+        r.throughput.clear();
+        r.tracked.clear();
+        r.steady.clear();
+        let (t, m) = (dir.path().join("t.png"), dir.path().join("m.png"));
+        throughput(&r, &t).unwrap();
+        memory(&r, &m).unwrap();
+        assert!(!t.exists() && !m.exists());
+        // An end-to-end steady daemon's RSS alone is memory data (`--only steady`).
+        r.steady = sample().steady;
+        memory(&r, &m).unwrap();
+        assert!(m.exists() && !t.exists());
     }
 
     #[test]

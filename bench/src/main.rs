@@ -178,6 +178,16 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
             scale.serial_volumes, scale.throughput_volumes
         ));
     }
+    if scale.min_run_seconds > 0 {
+        notes.push(format!(
+            "A throughput run with C > 1 registers at least {} vmdks, and more where that \
+             would take less than {} s at the ideal rate C ÷ L (the vmdks column says how \
+             many): the fixed costs of a run (the first PVs reaching the registrar, the last \
+             status write, the clock's last look) and one disturbed second weigh on a 2 s \
+             run as much as the 10 % margin of its goal.",
+            scale.throughput_volumes, scale.min_run_seconds
+        ));
+    }
     if scale.runs < 3 {
         notes.push(format!(
             "Scale `{}`: {} run(s) per figure, not 3 — a check that the harness works, not a \

@@ -22,8 +22,12 @@ pub struct Scale {
     pub name: &'static str,
     /// Repetitions of every figure.
     pub runs: usize,
-    /// vmdks per throughput run with C > 1.
+    /// vmdks per throughput run with C > 1, at least: see [`Scale::volumes_at`].
     pub throughput_volumes: usize,
+    /// Shortest time a throughput run with C > 1 lasts at the ideal rate C ÷ L: the fixed
+    /// costs of a run (the first PVs reaching the registrar, the last status write, the
+    /// clock's last look) and one disturbed second must not decide a 10 % threshold.
+    pub min_run_seconds: u64,
     /// vmdks per throughput run with C = 1 (the serial baseline).
     pub serial_volumes: usize,
     /// Injected `CnsCreateVolume` latencies L, ms.
@@ -48,6 +52,7 @@ impl Scale {
                 name: "smoke",
                 runs: 1,
                 throughput_volumes: 8,
+                min_run_seconds: 0,
                 serial_volumes: 4,
                 latencies_ms: vec![50],
                 concurrencies: vec![1, 8],
@@ -60,6 +65,7 @@ impl Scale {
                 name: "default",
                 runs: 3,
                 throughput_volumes: 1_000,
+                min_run_seconds: 6,
                 serial_volumes: 250,
                 latencies_ms: vec![50, 200],
                 concurrencies: vec![1, 8, 32],
@@ -76,12 +82,35 @@ impl Scale {
         }
     }
 
-    /// vmdks of a throughput run at concurrency `c`.
-    pub fn volumes_at(&self, c: u16) -> usize {
+    /// vmdks of a throughput run at concurrency `c` and create latency `latency_ms`: the
+    /// serial baseline's at C = 1, else [`Scale::throughput_volumes`] or, where that would
+    /// take less than [`Scale::min_run_seconds`] at C ÷ L, enough for that long (rounded up
+    /// to a multiple of 500).
+    pub fn volumes_at(&self, c: u16, latency_ms: u64) -> usize {
         if c == 1 {
-            self.serial_volumes
-        } else {
-            self.throughput_volumes
+            return self.serial_volumes;
         }
+        let at_ideal = self.min_run_seconds * 1_000 * u64::from(c) / latency_ms.max(1);
+        let at_ideal = usize::try_from(at_ideal.div_ceil(500) * 500).unwrap_or(usize::MAX);
+        self.throughput_volumes.max(at_ideal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_points_register_enough_vmdks_to_last_the_shortest_run() {
+        let default = Scale::of(ScaleName::Default);
+        // 640 volumes/s ideal: 6 s are 3,840 vmdks, rounded up to 4,000.
+        assert_eq!(default.volumes_at(32, 50), 4_000);
+        // 160 volumes/s ideal: 1,000 vmdks already take 6.25 s.
+        assert_eq!(default.volumes_at(8, 50), 1_000);
+        assert_eq!(default.volumes_at(32, 200), 1_000);
+        assert_eq!(default.volumes_at(1, 50), default.serial_volumes);
+        let smoke = Scale::of(ScaleName::Smoke);
+        assert_eq!(smoke.volumes_at(8, 50), smoke.throughput_volumes);
+        assert_eq!(Scale::of(ScaleName::Large).volumes_at(32, 50), 10_000);
     }
 }

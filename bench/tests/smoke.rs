@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -53,24 +54,32 @@ fn png_size(path: &Path) -> (u32, u32, bool) {
     (img.width(), img.height(), drawn)
 }
 
-#[test]
-fn smoke_run_writes_results_report_and_charts() {
+/// `volmig-bench --scale=smoke` writing into `dir/out`, with `extra` arguments.
+fn smoke_command(dir: &Path, vcsim: &Path, extra: &[&str]) -> Command {
     // volmig's main.rs, built by cargo with this test (see bench/Cargo.toml).
     let volmig = PathBuf::from(env!("CARGO_BIN_EXE_volmig-bench-daemon"));
-    let vcsim = vcsim_binary();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = dir.path().join("out");
-    let status = Command::new(env!("CARGO_BIN_EXE_volmig-bench"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_volmig-bench"));
+    command
         .arg("--scale=smoke")
         .arg("--out")
-        .arg(&out)
+        .arg(dir.join("out"))
         .arg("--logs")
-        .arg(dir.path().join("logs"))
+        .arg(dir.join("logs"))
         .arg("--volmig")
         .arg(&volmig)
         .arg("--vcsim")
-        .arg(&vcsim)
-        .env_remove("BENCH_SCALE")
+        .arg(vcsim)
+        .args(extra)
+        .env_remove("BENCH_SCALE");
+    command
+}
+
+#[test]
+fn smoke_run_writes_results_report_and_charts() {
+    let vcsim = vcsim_binary();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("out");
+    let status = smoke_command(dir.path(), &vcsim, &[])
         .status()
         .expect("run volmig-bench");
     assert!(
@@ -191,5 +200,68 @@ fn smoke_run_writes_results_report_and_charts() {
         let (w, h, drawn) = png_size(&out.join(chart));
         assert_eq!((w, h), (1000, 620), "{chart}");
         assert!(drawn, "{chart} is blank");
+    }
+}
+
+/// Each scenario alone (`--only`) finishes and writes its own part of the results, with
+/// no chart drawn from another scenario's missing data (issue 14: `--only tracked` once
+/// spun forever in the throughput chart's empty log axis). Not a speed check: the limit
+/// only turns a hang into a failure instead of a stuck test run.
+#[test]
+fn each_scenario_alone_finishes_and_writes_only_its_part() {
+    const HANG: Duration = Duration::from_secs(300);
+    let vcsim = vcsim_binary();
+    // The scenario, the result rows it writes (tracked includes the in-process steady
+    // pass) and the charts it draws (the memory chart also shows the end-to-end steady
+    // daemon's RSS).
+    for (scenario, parts, charts) in [
+        ("throughput", &["throughput"][..], &["throughput.png"][..]),
+        ("steady", &["steady"], &["memory.png"]),
+        ("tracked", &["tracked", "steady"], &["memory.png"]),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("out");
+        let mut child = smoke_command(dir.path(), &vcsim, &["--only", scenario])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run volmig-bench");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for volmig-bench") {
+                break status;
+            }
+            if started.elapsed() > HANG {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("volmig-bench --only {scenario} did not finish within {HANG:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(status.success(), "volmig-bench --only {scenario}: {status}");
+        let json: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
+        )
+        .expect("results.json parses");
+        for part in ["throughput", "steady", "tracked"] {
+            let rows = json[part].as_array().map_or(0, Vec::len);
+            assert_eq!(
+                rows > 0,
+                parts.contains(&part),
+                "--only {scenario}: {rows} {part} rows"
+            );
+        }
+        for png in ["throughput.png", "memory.png"] {
+            assert_eq!(
+                out.join(png).exists(),
+                charts.contains(&png),
+                "--only {scenario}: {png}"
+            );
+        }
+        assert!(
+            std::fs::read_to_string(out.join("report.md"))
+                .expect("report.md")
+                .contains("## Goals"),
+            "--only {scenario}: report.md has no goals"
+        );
     }
 }

@@ -49,7 +49,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
     let cost_latency = env.scale.latencies_ms.iter().copied().min().unwrap_or(50);
     for &latency in &env.scale.latencies_ms {
         for &c in &env.scale.concurrencies {
-            let n = env.scale.volumes_at(c);
+            let n = env.scale.volumes_at(c, latency);
             let mut runs = Vec::new();
             let mut bare_runs = Vec::new();
             let mut pairs = Vec::new();
@@ -65,7 +65,7 @@ pub async fn run(env: &Env) -> anyhow::Result<(Vec<Throughput>, ApiCost)> {
             }
         }
     }
-    let n = env.scale.volumes_at(8);
+    let n = env.scale.volumes_at(8, cost_latency);
     let pick = |f: fn(&Run) -> f64| Summary::of(&cost_runs.iter().map(f).collect::<Vec<_>>());
     let cost = ApiCost {
         source: format!("the throughput runs with C = 8, L = {cost_latency} ms"),
