@@ -3,31 +3,40 @@
 
 use super::*;
 
-#[test]
-fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
-    let driver: HashMap<VolumePath, Vec<String>> = [(p(1), vec!["drv".to_owned()])].into();
-    // The driver registered with a random name; CNS reports no backing path for it.
-    let drivers_volume = CnsVolume {
+/// The CSI driver's own volume for path 1, ID `drv`: registered with a random name, so CNS
+/// reports no backing path for it; created at `created` (seconds).
+fn drivers_volume(created: i64) -> CnsVolume {
+    CnsVolume {
         id: VolumeId("drv".into()),
         name: "pvc-random".into(),
         backing_path: None,
-        created: Some(jiff::Timestamp::from_second(2).unwrap()),
-    };
+        created: Some(jiff::Timestamp::from_second(created).unwrap()),
+    }
+}
+
+/// A pass over path 1 (PV `pv-1`) whose driver cache object holds `drv`.
+fn run_with_drivers_id(migrations: &[MigrationRecord], volumes: &[CnsVolume]) -> PassPlan {
+    let driver: HashMap<VolumePath, Vec<String>> = [(p(1), vec!["drv".to_owned()])].into();
+    plan(&PassInputs {
+        pvs: &pvs(&[(1, &["pv-1"])]),
+        migrations,
+        volumes,
+        absent_before: &HashSet::new(),
+        gc_orphans: false,
+        driver_ids: &driver,
+    })
+}
+
+#[test]
+fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
     let migrations = [migration(
         1,
         Some(Phase::Registered),
         Some("mine"),
         &["pv-1"],
     )];
-    let volumes = [volume("mine", 1, 1), drivers_volume];
-    let out = plan(&PassInputs {
-        pvs: &pvs(&[(1, &["pv-1"])]),
-        migrations: &migrations,
-        volumes: &volumes,
-        absent_before: &HashSet::new(),
-        gc_orphans: false,
-        driver_ids: &driver,
-    });
+    let volumes = [volume("mine", 1, 1), drivers_volume(2)];
+    let out = run_with_drivers_id(&migrations, &volumes);
     assert_eq!(
         out.repairs,
         [
@@ -45,15 +54,7 @@ fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
         ]
     );
     // A driver object whose volume is gone from CNS does not win.
-    let gone = [volume("mine", 1, 1)];
-    let out = plan(&PassInputs {
-        pvs: &pvs(&[(1, &["pv-1"])]),
-        migrations: &migrations,
-        volumes: &gone,
-        absent_before: &HashSet::new(),
-        gc_orphans: false,
-        driver_ids: &driver,
-    });
+    let out = run_with_drivers_id(&migrations, &[volume("mine", 1, 1)]);
     assert!(out.repairs.is_empty(), "{:?}", out.repairs);
 }
 
@@ -188,28 +189,14 @@ fn a_repaired_id_is_the_one_duplicates_keep() {
 
 #[test]
 fn the_drivers_live_id_is_the_one_restored() {
-    let driver: HashMap<VolumePath, Vec<String>> = [(p(1), vec!["drv".to_owned()])].into();
-    let drivers_volume = CnsVolume {
-        id: VolumeId("drv".into()),
-        name: "pvc-random".into(),
-        backing_path: None,
-        created: Some(jiff::Timestamp::from_second(9).unwrap()),
-    };
     let migrations = [migration(
         1,
         Some(Phase::Registered),
         Some("junk"),
         &["pv-1"],
     )];
-    let volumes = [volume("mine", 1, 1), drivers_volume];
-    let out = plan(&PassInputs {
-        pvs: &pvs(&[(1, &["pv-1"])]),
-        migrations: &migrations,
-        volumes: &volumes,
-        absent_before: &HashSet::new(),
-        gc_orphans: false,
-        driver_ids: &driver,
-    });
+    let volumes = [volume("mine", 1, 1), drivers_volume(9)];
+    let out = run_with_drivers_id(&migrations, &volumes);
     assert!(
         matches!(&out.repairs[0], Repair::RepairVolumeId { right, .. } if right == "drv"),
         "{:?}",
