@@ -234,6 +234,7 @@ fn draw_throughput(r: &Results, path: &Path, text: bool) -> anyhow::Result<()> {
 
 /// Draws `memory.png`: resident memory against tracked volumes, with the goal line
 /// (idle + 1 KiB per volume).
+///
 /// Without memory data (neither `tracked` nor an end-to-end steady daemon's RSS, e.g.
 /// `--only throughput`) there is no chart rather than empty axes.
 pub fn memory(r: &Results, path: &Path) -> anyhow::Result<()> {
