@@ -5,7 +5,8 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::backend::memory::{Fault, InMemoryBackend};
-use crate::backend::{CnsVolume, op};
+use crate::backend::{CnsVolume, ErrorClass, op};
+use crate::volume_path::PathError;
 
 fn path(n: usize) -> VolumePath {
     VolumePath::parse(&format!("[LocalDS_0] kubevols/disk-{n:04}.vmdk")).unwrap()
