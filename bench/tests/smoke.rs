@@ -54,6 +54,12 @@ fn png_size(path: &Path) -> (u32, u32, bool) {
     (img.width(), img.height(), drawn)
 }
 
+/// `out/results.json`, parsed.
+fn results(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("results.json"))
+        .expect("results.json parses")
+}
+
 /// `volmig-bench --scale=smoke` writing into `dir/out`, with `extra` arguments.
 fn smoke_command(dir: &Path, vcsim: &Path, extra: &[&str]) -> Command {
     // volmig's main.rs, built by cargo with this test (see bench/Cargo.toml).
@@ -87,10 +93,7 @@ fn smoke_run_writes_results_report_and_charts() {
         "volmig-bench --scale=smoke failed: {status}"
     );
 
-    let json: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
-    )
-    .expect("results.json parses");
+    let json = results(&out);
     assert_eq!(json["scale"], "smoke");
     assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
     let throughput = json["throughput"].as_array().expect("throughput rows");
@@ -238,10 +241,7 @@ fn each_scenario_alone_finishes_and_writes_only_its_part() {
             std::thread::sleep(Duration::from_millis(100));
         };
         assert!(status.success(), "volmig-bench --only {scenario}: {status}");
-        let json: Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
-        )
-        .expect("results.json parses");
+        let json = results(&out);
         for part in ["throughput", "steady", "tracked"] {
             let rows = json[part].as_array().map_or(0, Vec::len);
             assert_eq!(
