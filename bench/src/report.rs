@@ -246,7 +246,8 @@ pub fn render(r: &Results) -> String {
         o,
         "Fresh simulator (`CnsCreateVolume` delayed by L), fresh API server and `volmig run \
          --max-concurrent-registrations C --vc-requests-per-second 10000` per run; the clock \
-         runs from the first PV create to the last registration. C = 1 is the serial \
+         runs from the first PV create to the status write of the last registration (read from \
+         the API server's store). C = 1 is the serial \
          baseline (the anchor's one-at-a-time registration).\n"
     );
     let _ = writeln!(

@@ -164,3 +164,83 @@ fn an_object_tracking_another_path_is_a_collision() {
         matches!(err.kind, StoreErrorKind::NameCollision { ref found } if found == "[ds] a/y.vmdk")
     );
 }
+
+/// One status write against a mock API server: answers the first request with `status`
+/// and `reply`; returns what was written and what the writer made of the reply.
+async fn write_once(
+    status: u16,
+    reply: Value,
+) -> (http::Request<Vec<u8>>, Result<Option<String>, WriteError>) {
+    use http::{Request, Response};
+    use kube::client::Body;
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let writer = StatusWriter::new(kube::Client::new(service, "default"));
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("a request");
+        let (parts, body) = request.into_parts();
+        let body = body.collect_bytes().await.expect("a body").to_vec();
+        send.send_response(
+            Response::builder()
+                .status(status)
+                .body(Body::from(serde_json::to_vec(&reply).expect("reply")))
+                .expect("response"),
+        );
+        Request::from_parts(parts, body)
+    });
+    let change = StatusChange::Registrar(StatusUpdate::Registering {
+        attempts: 1,
+        token: "volmig-0/1".into(),
+    });
+    let written = writer.write("vm-a", &change, Some("41")).await;
+    (server.await.expect("server"), written)
+}
+
+#[tokio::test]
+async fn a_status_write_is_a_conditional_merge_patch_and_returns_the_new_version() {
+    let reply = json!({
+        "apiVersion": "volmig.io/v1alpha1", "kind": "VolumeMigration",
+        "metadata": {"name": "vm-a", "resourceVersion": "42", "managedFields": [
+            {"manager": "volmig", "operation": "Update", "subresource": "status",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}}]},
+        "spec": {"volumePath": "[ds] a.vmdk"},
+        "status": {"phase": "Registering", "registeringToken": "volmig-0/1"}
+    });
+    let (request, written) = write_once(200, reply).await;
+    assert_eq!(written.expect("written"), Some("42".to_owned()));
+    assert_eq!(request.method(), http::Method::PATCH);
+    assert_eq!(
+        request.uri().path(),
+        "/apis/volmig.io/v1alpha1/volumemigrations/vm-a/status"
+    );
+    assert!(
+        request
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains(&format!("fieldManager={FIELD_MANAGER}"))),
+        "{}",
+        request.uri()
+    );
+    assert_eq!(
+        request.headers()[http::header::CONTENT_TYPE],
+        "application/merge-patch+json"
+    );
+    let patch: Value = serde_json::from_slice(request.body()).expect("a JSON patch");
+    assert_eq!(patch["metadata"]["resourceVersion"], "41");
+    assert_eq!(patch["status"]["phase"], "Registering");
+    assert_eq!(patch["status"]["registeringToken"], "volmig-0/1");
+}
+
+#[tokio::test]
+async fn a_lost_condition_is_a_conflict_and_a_reply_without_a_version_is_none() {
+    let conflict = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+        "message": "the object has been modified", "code": 409
+    });
+    let (_, written) = write_once(409, conflict).await;
+    let error = written.expect_err("a conflict");
+    assert_eq!(error.kind, WriteErrorKind::Conflict, "{error:?}");
+    assert_eq!(error.name, "vm-a");
+
+    let (_, written) = write_once(200, json!({"kind": "VolumeMigration"})).await;
+    assert_eq!(written.expect("written"), None);
+}

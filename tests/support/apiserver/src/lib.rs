@@ -40,5 +40,5 @@ mod watch;
 
 pub use auth::UserInfo;
 pub use faults::{FailureRates, FaultConfig, Faults};
-pub use server::{Options, TestServer};
+pub use server::{Options, Tally, TestServer};
 pub use stats::{ForbiddenCount, RequestCount, Stats, Verb};

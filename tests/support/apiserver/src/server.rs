@@ -124,6 +124,15 @@ impl std::fmt::Debug for TestServer {
     }
 }
 
+/// What [`TestServer::count_where`] found.
+#[derive(Debug, Clone, Copy)]
+pub struct Tally {
+    /// Objects the predicate held for.
+    pub matching: usize,
+    /// When an object of the resource was last stored or removed (None: never).
+    pub last_change: Option<std::time::Instant>,
+}
+
 impl TestServer {
     /// Starts a server on its own thread and runtime.
     pub async fn start(opts: Options) -> anyhow::Result<TestServer> {
@@ -273,24 +282,29 @@ impl TestServer {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Number of stored objects of `group`/`resource` (every namespace) that `matches`
-    /// holds for, read in process without a request: for a benchmark that must not load
-    /// the system it measures to learn that it is done.
+    /// How many stored objects of `group`/`resource` (every namespace) `matches` holds
+    /// for, and when an object of the resource last changed, both read at once in
+    /// process without a request: for a benchmark that must not load the system it
+    /// measures to learn that it is done, nor stop its clock at the look instead of at
+    /// the write that finished the work.
     pub fn count_where(
         &self,
         group: &str,
         resource: &str,
         matches: impl Fn(&serde_json::Value) -> bool,
-    ) -> usize {
+    ) -> Tally {
         let key = crate::registry::StorageKey {
             group: group.to_owned(),
             resource: resource.to_owned(),
         };
-        self.shared
-            .store()
-            .range(&key, None, None)
-            .filter(|(_, object)| matches(object))
-            .count()
+        let store = self.shared.store();
+        Tally {
+            matching: store
+                .range(&key, None, None)
+                .filter(|(_, object)| matches(object))
+                .count(),
+            last_change: store.changed_at(&key),
+        }
     }
 
     /// The current resourceVersion.

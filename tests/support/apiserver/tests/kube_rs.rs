@@ -446,6 +446,40 @@ async fn label_and_field_selectors() {
     println!("checked: label selector operators and fieldSelector=metadata.name");
 }
 
+/// The in-process tally a benchmark stops its clock on: the count of matching objects and
+/// the time of the resource's last write, which a read does not move and a write does.
+#[tokio::test]
+async fn count_where_tallies_matches_and_dates_the_last_write() {
+    let env = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    let labelled = |cm: &serde_json::Value| cm.pointer("/metadata/labels/app").is_some();
+    let tally = env.server.count_where("", "configmaps", labelled);
+    assert_eq!((tally.matching, tally.last_change), (0, None));
+    let before = std::time::Instant::now();
+    for (name, labels) in [("a", json!({"app": "web"})), ("b", json!({}))] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
+                .expect("cm");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    let after_creates = std::time::Instant::now();
+    let tally = env.server.count_where("", "configmaps", labelled);
+    assert_eq!(tally.matching, 1);
+    let written = tally.last_change.expect("the creates are dated");
+    assert!(before <= written && written <= after_creates, "{tally:?}");
+    api.list(&ListParams::default()).await.expect("list");
+    let tally = env.server.count_where("", "configmaps", labelled);
+    assert_eq!(tally.last_change, Some(written), "a read changes nothing");
+    api.delete("b", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let tally = env.server.count_where("", "configmaps", labelled);
+    assert!(tally.last_change > Some(after_creates), "{tally:?}");
+    println!("checked: count_where counts matches and dates the last write, not reads");
+}
+
 #[tokio::test]
 async fn events_are_served_in_both_groups() {
     let env = common::start().await;

@@ -5,6 +5,7 @@ mod history;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -23,6 +24,8 @@ pub type ObjKey = (String, String);
 struct Bucket {
     key: Arc<StorageKey>,
     objects: BTreeMap<ObjKey, Arc<Value>>,
+    /// When an object of the resource was last stored or removed.
+    changed_at: Instant,
 }
 
 /// All state behind the server's lock.
@@ -82,6 +85,7 @@ impl Store {
         self.buckets.entry(sk.clone()).or_insert_with(|| Bucket {
             key: Arc::new(sk.clone()),
             objects: BTreeMap::new(),
+            changed_at: Instant::now(),
         })
     }
 
@@ -115,6 +119,11 @@ impl Store {
             Some(n) => Box::new(iter.take_while(move |(k, _)| k.0 == n)),
             None => Box::new(iter),
         }
+    }
+
+    /// When an object of a resource was last stored or removed (None: never).
+    pub fn changed_at(&self, sk: &StorageKey) -> Option<Instant> {
+        self.buckets.get(sk).map(|b| b.changed_at)
     }
 
     /// Number of objects of a resource.
@@ -169,6 +178,7 @@ impl Store {
         let obj = Arc::new(obj);
         let b = self.bucket(sk);
         let prev = b.objects.insert(key, obj.clone());
+        b.changed_at = Instant::now();
         let bkey = b.key.clone();
         let kind = if prev.is_some() {
             EventType::Modified
@@ -183,6 +193,7 @@ impl Store {
     pub fn remove(&mut self, sk: &StorageKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         let b = self.buckets.get_mut(sk)?;
         let prev = b.objects.remove(&(ns.to_string(), name.to_string()))?;
+        b.changed_at = Instant::now();
         let bkey = b.key.clone();
         self.rv += 1;
         let mut last = (*prev).clone();
