@@ -124,32 +124,63 @@ pub fn update(store: &mut Store, ctx: &Ctx, q: &Query, body: Value) -> ApiResult
     update_from(store, ctx, q, body, &old, None)
 }
 
-fn without(v: &Value, drop_status: bool) -> Value {
-    let mut c = v.clone();
-    if let Some(o) = c.as_object_mut() {
-        o.remove("metadata");
-        if drop_status {
-            o.remove("status");
-        }
-    }
-    c
+/// Whether the maps hold the same fields with equal values, leaving out the fields `skip`
+/// names (no copy of either map).
+fn same_fields_except(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    skip: impl Fn(&str) -> bool,
+) -> bool {
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
-fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut c = v.clone();
-        if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            // Ownership changes are changes; a refreshed timestamp alone is not.
-            if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
-                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
-                    e.remove("time");
-                }
-            }
+/// Whether `a` and `b` agree outside `metadata` (and outside `status` when `drop_status`):
+/// the change that moves `metadata.generation`.
+fn same_spec(a: &Value, b: &Value, drop_status: bool) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            same_fields_except(a, b, |k| k == "metadata" || (drop_status && k == "status"))
         }
-        c
+        _ => a == b,
+    }
+}
+
+/// Whether `a` and `b` are the same object but for `metadata.resourceVersion` and the
+/// times of their managedFields entries: a write that changes nothing else is not stored.
+fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    if !same_fields_except(a, b, |k| k == "metadata") {
+        return false;
+    }
+    match (a.get("metadata"), b.get("metadata")) {
+        (Some(Value::Object(ma)), Some(Value::Object(mb))) => {
+            same_fields_except(ma, mb, |k| k == "resourceVersion" || k == "managedFields")
+                && same_managed_fields(ma.get("managedFields"), mb.get("managedFields"))
+        }
+        (ma, mb) => ma == mb,
+    }
+}
+
+/// Ownership changes are changes; a refreshed timestamp alone is not.
+fn same_managed_fields(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Array(a)), Some(Value::Array(b))) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(ea, eb)| match (ea, eb) {
+                    (Value::Object(ea), Value::Object(eb)) => {
+                        same_fields_except(ea, eb, |k| k == "time")
+                    }
+                    _ => ea == eb,
+                })
+        }
+        _ => a == b,
+    }
 }
 
 /// The update pipeline shared by PUT and PATCH: `body` is the complete new object (served form).
@@ -190,7 +221,9 @@ pub fn update_from(
     } else if body_rv != meta::resource_version(old) {
         return Err(ApiError::stale(ctx.target(ctx.name())));
     }
-    let old_served = to_served(&ctx.def, &ctx.version, old).into_owned();
+    // Borrowed unless the stored version differs: copied only where it is returned.
+    let old_served = to_served(&ctx.def, &ctx.version, old);
+    let old_served: &Value = &old_served;
     let has_status = ctx.def.has_status(&ctx.version);
     let mut new = if ctx.is_status() {
         let mut n = old_served.clone();
@@ -214,7 +247,7 @@ pub fn update_from(
         }
         n
     };
-    copy_server_fields(&old_served, &mut new);
+    copy_server_fields(old_served, &mut new);
     match old_served.pointer("/metadata/managedFields") {
         Some(mf) => meta::meta_mut(&mut new).insert("managedFields".into(), mf.clone()),
         None => meta::meta_mut(&mut new).remove("managedFields"),
@@ -241,14 +274,14 @@ pub fn update_from(
         &ctx.def,
         &ctx.version,
         &mut new,
-        Some(&old_served),
+        Some(old_served),
         q.field_validation,
     )?;
     let manager = q.manager();
     let av = ctx.def.api_version(&ctx.version);
     let w = writer(ctx, &manager, applied.is_some(), &av);
     managed::record(
-        Some(&old_served),
+        Some(old_served),
         &mut new,
         w,
         applied,
@@ -256,17 +289,17 @@ pub fn update_from(
         q.force,
     );
     let drop_status = has_status || ctx.def.group == "apiextensions.k8s.io";
-    if without(&new, drop_status) != without(&old_served, drop_status) {
+    if !same_spec(&new, old_served, drop_status) {
         let g = old
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         meta::meta_mut(&mut new).insert("generation".into(), Value::from(g + 1));
     }
-    if same_ignoring_rv(&new, &old_served) {
+    if same_ignoring_rv(&new, old_served) {
         return Ok(Written {
             code: 200,
-            obj: old_served,
+            obj: old_served.clone(),
             warnings,
         });
     }
@@ -289,16 +322,105 @@ pub fn update_from(
 }
 
 fn copy_server_fields(old: &Value, new: &mut Value) {
-    let old_meta: Map<String, Value> = old
-        .get("metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let old_meta = old.get("metadata").and_then(Value::as_object);
     let m = meta::meta_mut(new);
     for f in SERVER_FIELDS.iter().chain(["name", "namespace"].iter()) {
-        match old_meta.get(*f) {
+        match old_meta.and_then(|o| o.get(*f)) {
             Some(v) => m.insert((*f).to_string(), v.clone()),
             None => m.remove(*f),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The definitions the comparisons replaced: copies with the ignored fields removed.
+    fn stripped(v: &Value, drop_status: bool) -> Value {
+        let mut c = v.clone();
+        if let Some(o) = c.as_object_mut() {
+            o.remove("metadata");
+            if drop_status {
+                o.remove("status");
+            }
+        }
+        c
+    }
+
+    fn stripped_rv(v: &Value) -> Value {
+        let mut c = v.clone();
+        if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        c
+    }
+
+    fn variants() -> Vec<Value> {
+        let base = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": "1", "generation": 1,
+                "managedFields": [{"manager": "m", "time": "2026-01-01T00:00:00Z", "fieldsV1": {"f:data": {}}}]},
+            "data": {"k": "v"},
+            "status": {"phase": "x"}
+        });
+        let mut out = vec![base.clone(), json!(null), json!({}), json!({"metadata": 1})];
+        let edits: [(&str, Value); 9] = [
+            ("/metadata/resourceVersion", json!("2")),
+            (
+                "/metadata/managedFields/0/time",
+                json!("2026-02-01T00:00:00Z"),
+            ),
+            ("/metadata/managedFields/0/manager", json!("other")),
+            ("/metadata/generation", json!(2)),
+            ("/data/k", json!("w")),
+            ("/status/phase", json!("y")),
+            ("/metadata/managedFields", json!([])),
+            ("/metadata", json!({"name": "a"})),
+            ("/data", json!(null)),
+        ];
+        for (pointer, value) in edits {
+            let mut v = base.clone();
+            *v.pointer_mut(pointer).expect("an existing field") = value;
+            out.push(v);
+        }
+        let mut without_status = base.clone();
+        without_status
+            .as_object_mut()
+            .expect("an object")
+            .remove("status");
+        out.push(without_status);
+        let mut extra = base;
+        extra["spec"] = json!({});
+        out.push(extra);
+        out
+    }
+
+    #[test]
+    fn the_comparisons_agree_with_comparing_stripped_copies() {
+        let all = variants();
+        for a in &all {
+            for b in &all {
+                for drop_status in [false, true] {
+                    assert_eq!(
+                        same_spec(a, b, drop_status),
+                        stripped(a, drop_status) == stripped(b, drop_status),
+                        "same_spec({a}, {b}, {drop_status})"
+                    );
+                }
+                assert_eq!(
+                    same_ignoring_rv(a, b),
+                    stripped_rv(a) == stripped_rv(b),
+                    "same_ignoring_rv({a}, {b})"
+                );
+            }
+        }
     }
 }
