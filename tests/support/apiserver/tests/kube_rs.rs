@@ -395,15 +395,12 @@ async fn server_side_apply_merges_and_removes_dropped_fields() {
     println!("checked: SSA create, merge across managers, removal of un-applied fields, dry run");
 }
 
-#[tokio::test]
-async fn label_and_field_selectors() {
-    let env = common::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
-    for (name, labels) in [
-        ("a", json!({"app": "web", "tier": "front"})),
-        ("b", json!({"app": "db"})),
-        ("c", json!({})),
-    ] {
+/// Creates one ConfigMap per `(name, labels)`.
+async fn create_labelled_config_maps<const N: usize>(
+    api: &Api<ConfigMap>,
+    maps: [(&str, serde_json::Value); N],
+) {
+    for (name, labels) in maps {
         let cm: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
                 .expect("cm");
@@ -411,6 +408,21 @@ async fn label_and_field_selectors() {
             .await
             .expect("create");
     }
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let env = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    create_labelled_config_maps(
+        &api,
+        [
+            ("a", json!({"app": "web", "tier": "front"})),
+            ("b", json!({"app": "db"})),
+            ("c", json!({})),
+        ],
+    )
+    .await;
     let names = |l: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
         l.items
             .into_iter()
@@ -456,14 +468,7 @@ async fn count_where_tallies_matches_and_dates_the_last_write() {
     let tally = env.server.count_where("", "configmaps", labelled);
     assert_eq!((tally.matching, tally.last_change), (0, None));
     let before = std::time::Instant::now();
-    for (name, labels) in [("a", json!({"app": "web"})), ("b", json!({}))] {
-        let cm: ConfigMap =
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
-                .expect("cm");
-        api.create(&PostParams::default(), &cm)
-            .await
-            .expect("create");
-    }
+    create_labelled_config_maps(&api, [("a", json!({"app": "web"})), ("b", json!({}))]).await;
     let after_creates = std::time::Instant::now();
     let tally = env.server.count_where("", "configmaps", labelled);
     assert_eq!(tally.matching, 1);
