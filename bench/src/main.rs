@@ -183,7 +183,7 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
             "A throughput run with C > 1 registers at least {} vmdks, and more where that \
              would take less than {} s at the ideal rate C ÷ L (the vmdks column says how \
              many): the fixed costs of a run (the first PVs reaching the registrar, the last \
-             status write, the clock's last look) and one disturbed second weigh on a 2 s \
+             status write) and one disturbed second weigh on a 2 s \
              run as much as the 10 % margin of its goal.",
             scale.throughput_volumes, scale.min_run_seconds
         ));

@@ -25,8 +25,8 @@ pub struct Scale {
     /// vmdks per throughput run with C > 1, at least: see [`Scale::volumes_at`].
     pub throughput_volumes: usize,
     /// Shortest time a throughput run with C > 1 lasts at the ideal rate C ÷ L: the fixed
-    /// costs of a run (the first PVs reaching the registrar, the last status write, the
-    /// clock's last look) and one disturbed second must not decide a 10 % threshold.
+    /// costs of a run (the first PVs reaching the registrar, the last status write) and one
+    /// disturbed second must not decide a 10 % threshold.
     pub min_run_seconds: u64,
     /// vmdks per throughput run with C = 1 (the serial baseline).
     pub serial_volumes: usize,

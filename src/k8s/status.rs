@@ -175,18 +175,16 @@ impl StatusWriter {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        let sent =
-            match self
+        let sent = async {
+            let mut request = self
                 .request
                 .patch_subresource("status", name, &params, &Patch::Merge(&patch))
-            {
-                Ok(mut request) => {
-                    request.extensions_mut().insert("patch_subresource");
-                    self.client.request::<Written>(request).await
-                }
-                Err(e) => Err(kube::Error::BuildRequest(e)),
-            };
-        sent.map(|written| written.metadata.resource_version)
+                .map_err(kube::Error::BuildRequest)?;
+            request.extensions_mut().insert("patch_subresource");
+            self.client.request::<Written>(request).await
+        };
+        sent.await
+            .map(|written| written.metadata.resource_version)
             .map_err(|source| WriteError {
                 name: name.to_owned(),
                 kind: write_error_kind(&source),
