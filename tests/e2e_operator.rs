@@ -497,3 +497,69 @@ async fn at_most_four_api_writes_per_new_pv() {
     }
     println!("{writes} API writes for {N} new PVs");
 }
+
+/// A burst of new PVs reaches the registrar together: the PV watcher creates the
+/// VolumeMigration of a new PV while the create of another one still waits for its reply.
+/// Before, it awaited each create before reading the next PV event, so the PVs of a burst
+/// reached the registrar one API round trip apart, whatever `--max-concurrent-registrations`
+/// allowed. Here the first create's reply is held for two minutes: the second PV must be
+/// Registered well before it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_volume_migration_create_does_not_hold_up_the_next_pv() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let cluster = Cluster::start().await;
+    let server = cluster
+        .server
+        .as_ref()
+        .expect("needs the API test server (held replies)");
+    let daemon = Daemon::spawn(
+        &cluster,
+        &sim,
+        "held-create",
+        &["--full-sync-interval", "1h"],
+    );
+    daemon.wait_ready().await;
+    wait_for(
+        Duration::from_secs(30),
+        "the first full-sync pass",
+        || async {
+            daemon
+                .metric("volmig_full_sync_passes_total{result=\"ok\"}")
+                .await
+                .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
+    let (first, second) = (sim.vmdk_path("kubevols", 1), sim.vmdk_path("kubevols", 2));
+    // The object's name appears in its create and nowhere before it.
+    let held = VolumePath::parse(&first).expect("valid").object_name();
+    server
+        .faults()
+        .hold_replies(&held, Duration::from_secs(120), 1);
+    cluster.create_pv("first", &first).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the first PV's VolumeMigration stored and its create's reply held",
+        || async {
+            let held = server.faults().config().hold_reply_count == 0;
+            cluster.migration(&first).await.filter(|_| held)
+        },
+    )
+    .await;
+    cluster.create_pv("second", &second).await;
+    let registered = wait_for(
+        Duration::from_secs(60),
+        "the second PV Registered while the first create's reply is held",
+        || async {
+            cluster
+                .migration(&second)
+                .await
+                .filter(|vm| phase(vm) == Some(Phase::Registered))
+        },
+    )
+    .await;
+    assert!(volume_id(&registered).is_some(), "{registered:?}");
+    println!(
+        "checked: the second PV registered while the first PV's VolumeMigration create was held"
+    );
+}

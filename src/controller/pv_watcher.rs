@@ -1,10 +1,18 @@
 //! Watches PersistentVolumes: keeps the [`PvIndex`] current on every replica and, on the
 //! leader, makes sure each in-tree vSphere path has its VolumeMigration and that the
 //! reconciler hears about every change of a path's PVs.
+//!
+//! The VolumeMigrations of new paths are created beside the watch, up to
+//! [`CREATES_IN_FLIGHT`] at once. Waiting for each create before reading the next PV event
+//! let a burst of new PVs reach the registrar one API round trip apart, however many
+//! registrations the backend slots allowed, and one create waiting for its reply held up
+//! every later PV event (deletions included).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -18,6 +26,10 @@ use crate::compact_text::{CompactText, NameSet};
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::{EnsureError, ensure_migration};
 use crate::volume_path::VolumePath;
+
+/// VolumeMigration creates the PV watcher has in flight at most; while that many are, it
+/// reads no further PV events.
+pub const CREATES_IN_FLIGHT: usize = 16;
 
 /// The PV watcher of one replica.
 pub struct PvWatcher {
@@ -37,10 +49,16 @@ impl PvWatcher {
             .default_backoff()
             .boxed();
         let mut relist: Option<NameSet> = None;
+        let mut creates = FuturesUnordered::new();
+        let mut creating: HashSet<VolumePath> = HashSet::new();
         loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                next = stream.next() => next,
+                Some(done) = creates.next(), if !creates.is_empty() => {
+                    creating.remove(&done);
+                    continue;
+                }
+                next = stream.next(), if creates.len() < CREATES_IN_FLIGHT => next,
             };
             match next {
                 None => return,
@@ -50,6 +68,7 @@ impl PvWatcher {
                     if let (Some(seen), Some(name)) = (relist.as_mut(), &pv.metadata.name) {
                         seen.insert(CompactText::new(name));
                     }
+                    // Missing objects of the initial list are created by the start-up full sync.
                     self.apply(&pv, true).await;
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -63,7 +82,15 @@ impl PvWatcher {
                     self.ctx.index.set_synced();
                     self.ctx.metrics.set_pvs_tracked(self.ctx.index.len());
                 }
-                Some(Ok(Event::Apply(pv))) => self.apply(&pv, false).await,
+                Some(Ok(Event::Apply(pv))) => {
+                    let name = pv.metadata.name.clone().unwrap_or_default();
+                    for path in self.apply(&pv, false).await {
+                        // Another PV of the path already has its create in flight.
+                        if creating.insert(path.clone()) {
+                            creates.push(create_migration(self.ctx.clone(), path, name.clone()));
+                        }
+                    }
+                }
                 Some(Ok(Event::Delete(pv))) => {
                     if let Some(name) = &pv.metadata.name {
                         let change = self.ctx.index.remove(name);
@@ -77,43 +104,49 @@ impl PvWatcher {
         }
     }
 
-    async fn apply(&self, pv: &PersistentVolume, initial: bool) {
-        let Some(name) = pv.metadata.name.as_deref() else {
-            return;
-        };
+    /// Indexes `pv` and triggers the reconciles of the paths it touched; on the leader,
+    /// returns the paths that need a VolumeMigration created (none for the `initial` list).
+    async fn apply(&self, pv: &PersistentVolume, initial: bool) -> Vec<VolumePath> {
+        if pv.metadata.name.is_none() {
+            return Vec::new();
+        }
         let change: IndexChange = self.ctx.index.upsert_pv(pv);
         for path in &change.touched {
             self.trigger_reconcile(path);
         }
         if !self.ctx.leader.is_open() {
-            return;
+            return Vec::new();
         }
         report_invalid_paths(&self.ctx).await;
         if initial {
-            // Missing objects of the initial list are created by the start-up full sync.
-            return;
+            return Vec::new();
         }
-        for path in &change.touched {
-            if self.migrations.tracks(&path.object_name(), path)
-                || self.ctx.index.pvs_for(path).is_empty()
-            {
-                continue;
-            }
-            match ensure_migration(&self.ctx.migrations, path).await {
-                Ok(_) => {}
-                Err(e @ EnsureError::NameCollision { .. }) => {
-                    report_name_collision(&self.ctx, name, &e).await;
-                }
-                Err(e) => {
-                    warn!(%path, pv = name, error = %crate::error_chain(&e), "could not create the VolumeMigration; full sync will retry");
-                }
-            }
-        }
+        change
+            .touched
+            .into_iter()
+            .filter(|path| {
+                !self.migrations.tracks(&path.object_name(), path)
+                    && !self.ctx.index.pvs_for(path).is_empty()
+            })
+            .collect()
     }
 
     fn trigger_reconcile(&self, path: &VolumePath) {
         self.trigger.schedule_now(&path.object_name());
     }
+}
+
+/// Creates the VolumeMigration of `path`, which PV `pv` uses; returns the path when done.
+/// A failure is reported and left to full sync.
+async fn create_migration(ctx: Arc<Context>, path: VolumePath, pv: String) -> VolumePath {
+    match ensure_migration(&ctx.migrations, &path).await {
+        Ok(_) => {}
+        Err(e @ EnsureError::NameCollision { .. }) => report_name_collision(&ctx, &pv, &e).await,
+        Err(e) => {
+            warn!(%path, pv, error = %crate::error_chain(&e), "could not create the VolumeMigration; full sync will retry");
+        }
+    }
+    path
 }
 
 /// Publishes one Warning Event per PV whose path became invalid since the last report.

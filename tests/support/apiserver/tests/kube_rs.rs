@@ -458,6 +458,22 @@ async fn label_and_field_selectors() {
     println!("checked: label selector operators and fieldSelector=metadata.name");
 }
 
+/// Whether a plain HTTP list of ConfigMaps is answered within five seconds.
+fn list_config_maps_over_a_socket(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut socket) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = socket.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!(
+        "GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    );
+    let mut reply = Vec::new();
+    socket.write_all(request.as_bytes()).is_ok()
+        && socket.read_to_end(&mut reply).is_ok()
+        && reply.starts_with(b"HTTP/1.1 200")
+}
+
 /// The in-process tally a benchmark stops its clock on: the count of matching objects and
 /// the time of the resource's last write, which a read does not move and a write does.
 #[tokio::test]
@@ -482,6 +498,21 @@ async fn count_where_tallies_matches_and_dates_the_last_write() {
         .expect("delete");
     let tally = env.server.count_where("", "configmaps", labelled);
     assert!(tally.last_change > Some(after_creates), "{tally:?}");
+    // The predicate runs after the store lock is released: a request the server gets
+    // meanwhile is answered (under the lock it would wait for the look to end).
+    let answered = std::cell::Cell::new(None);
+    let tally = env.server.count_where("", "configmaps", |cm| {
+        if answered.get().is_none() {
+            answered.set(Some(list_config_maps_over_a_socket(env.server.addr())));
+        }
+        labelled(cm)
+    });
+    assert_eq!(tally.matching, 1);
+    assert_eq!(
+        answered.get(),
+        Some(true),
+        "a list during the look was answered"
+    );
     println!("checked: count_where counts matches and dates the last write, not reads");
 }
 
