@@ -43,6 +43,25 @@ async fn converged(
     .await
 }
 
+/// Spawns `volmig run` (full sync hourly) and waits until it is ready and its start-up
+/// pass is over: from then on only new PVs cause work.
+async fn spawn_past_start_up(cluster: &Cluster, sim: &Vcsim, name: &str) -> Daemon {
+    let daemon = Daemon::spawn(cluster, sim, name, &["--full-sync-interval", "1h"]);
+    daemon.wait_ready().await;
+    wait_for(
+        Duration::from_secs(30),
+        "the first full-sync pass",
+        || async {
+            daemon
+                .metric("volmig_full_sync_passes_total{result=\"ok\"}")
+                .await
+                .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
+    daemon
+}
+
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).expect("valid").canonical()
 }
@@ -435,20 +454,7 @@ async fn at_most_four_api_writes_per_new_pv() {
     const N: usize = 8;
     let sim = Vcsim::start(VcsimOptions::default().vmdks(N)).await;
     let cluster = Cluster::start().await;
-    let daemon = Daemon::spawn(&cluster, &sim, "writes", &["--full-sync-interval", "1h"]);
-    daemon.wait_ready().await;
-    // The start-up pass is over: from here on only the new PVs cause work.
-    wait_for(
-        Duration::from_secs(30),
-        "the first full-sync pass",
-        || async {
-            daemon
-                .metric("volmig_full_sync_passes_total{result=\"ok\"}")
-                .await
-                .filter(|n| *n >= 1.0)
-        },
-    )
-    .await;
+    let _daemon = spawn_past_start_up(&cluster, &sim, "writes").await;
     let server = cluster
         .server
         .as_ref()
@@ -512,24 +518,7 @@ async fn a_held_volume_migration_create_does_not_hold_up_the_next_pv() {
         .server
         .as_ref()
         .expect("needs the API test server (held replies)");
-    let daemon = Daemon::spawn(
-        &cluster,
-        &sim,
-        "held-create",
-        &["--full-sync-interval", "1h"],
-    );
-    daemon.wait_ready().await;
-    wait_for(
-        Duration::from_secs(30),
-        "the first full-sync pass",
-        || async {
-            daemon
-                .metric("volmig_full_sync_passes_total{result=\"ok\"}")
-                .await
-                .filter(|n| *n >= 1.0)
-        },
-    )
-    .await;
+    let _daemon = spawn_past_start_up(&cluster, &sim, "held-create").await;
     let (first, second) = (sim.vmdk_path("kubevols", 1), sim.vmdk_path("kubevols", 2));
     // The object's name appears in its create and nowhere before it.
     let held = VolumePath::parse(&first).expect("valid").object_name();
