@@ -470,9 +470,9 @@ async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Res
 
 /// Waits until `n` VolumeMigrations are Registered, looking at the in-process API server's
 /// store: asking volmig (its `/metrics`, fifty times a second) would load the process being
-/// measured, which the bare client never pays for. Each look reads every object under the
-/// store's lock, which the API server needs too, so the looks are spaced by
-/// [`next_look`]: every [`POLL`] near the end, rarer before.
+/// measured, which the bare client never pays for. Each look reads every object, on the
+/// cores the system measured runs on (the store's lock only while it takes them), so the
+/// looks are spaced by [`next_look`]: every [`POLL`] near the end, rarer before.
 ///
 /// Returns when the work ended: the store's last VolumeMigration write as of the look that
 /// counted `n` — the write that registered the last one, since volmig writes nothing more
