@@ -62,6 +62,22 @@ async fn spawn_past_start_up(cluster: &Cluster, sim: &Vcsim, name: &str) -> Daem
     daemon
 }
 
+/// Waits up to `timeout` until the VolumeMigration of `volume_path` is Registered.
+async fn registered_within(
+    cluster: &Cluster,
+    volume_path: &str,
+    timeout: Duration,
+    what: &str,
+) -> volmig::api::VolumeMigration {
+    wait_for(timeout, what, || async {
+        cluster
+            .migration(volume_path)
+            .await
+            .filter(|vm| phase(vm) == Some(Phase::Registered))
+    })
+    .await
+}
+
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).expect("valid").canonical()
 }
@@ -197,15 +213,11 @@ async fn failed_path_registers_when_its_vmdk_appears() {
     assert_eq!(phase(&done[&canonical(&late)]), Some(Phase::Failed));
 
     sim.create_vmdk(&late).await;
-    let vm = wait_for(
+    let vm = registered_within(
+        &cluster,
+        &late,
         Duration::from_secs(30),
         "Registered after the vmdk appeared",
-        || async {
-            cluster
-                .migration(&late)
-                .await
-                .filter(|vm| phase(vm) == Some(Phase::Registered))
-        },
     )
     .await;
     let ids: Vec<String> = sim
@@ -294,13 +306,7 @@ async fn lookup_prints_the_id_or_exits_3() {
     cluster.create_pv("pv-1", &path).await;
     let daemon = Daemon::spawn(&cluster, &sim, "lookup", &[]);
     daemon.wait_ready().await;
-    let vm = wait_for(CONVERGE, "Registered", || async {
-        cluster
-            .migration(&path)
-            .await
-            .filter(|vm| phase(vm) == Some(Phase::Registered))
-    })
-    .await;
+    let vm = registered_within(&cluster, &path, CONVERGE, "Registered").await;
 
     let lookup = |p: String| {
         let kubeconfig = cluster.kubeconfig.clone();
@@ -536,15 +542,11 @@ async fn a_held_volume_migration_create_does_not_hold_up_the_next_pv() {
     )
     .await;
     cluster.create_pv("second", &second).await;
-    let registered = wait_for(
+    let registered = registered_within(
+        &cluster,
+        &second,
         Duration::from_secs(60),
         "the second PV Registered while the first create's reply is held",
-        || async {
-            cluster
-                .migration(&second)
-                .await
-                .filter(|vm| phase(vm) == Some(Phase::Registered))
-        },
     )
     .await;
     assert!(volume_id(&registered).is_some(), "{registered:?}");
