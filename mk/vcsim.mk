@@ -1,7 +1,7 @@
 # vCenter simulator harness (tests/support/vcsim/): a Go program over govmomi's simulator,
 # built from Debian's golang-go and golang-github-vmware-govmomi-dev in GOPATH mode.
 # `make vcsim` installs the two packages when absent and rebuilds the binary only when its
-# sources (or this file, or the installed govmomi) changed.
+# sources (or this file, or the installed govmomi) changed, after `go vet` and `go test`.
 
 VCSIM_SRC_DIR := tests/support/vcsim
 VCSIM_BIN := $(TARGET_DIR)/vcsim/vcsim-harness
@@ -31,7 +31,7 @@ vcsim-deps:
 
 $(VCSIM_BIN): $(VCSIM_SOURCES) $(VCSIM_GOVMOMI_STAMP) mk/vcsim.mk | vcsim-deps
 	@mkdir -p $(@D) $(TARGET_DIR)/go-cache
-	cd $(VCSIM_SRC_DIR) && $(VCSIM_GOENV) go vet . && $(VCSIM_GOENV) go build -trimpath -o $(abspath $@).tmp .
+	cd $(VCSIM_SRC_DIR) && $(VCSIM_GOENV) go vet . && $(VCSIM_GOENV) go test -count=1 . && $(VCSIM_GOENV) go build -trimpath -o $(abspath $@).tmp .
 	@mv -f $@.tmp $@
 
 # Regenerates the captured exchanges at the end of SOAP-NOTES.md from the real harness.

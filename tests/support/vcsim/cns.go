@@ -39,6 +39,40 @@ type cnsManager struct {
 	*cnssim.CnsVolumeManager
 	h    *harness
 	meta map[string]*volumeMeta
+	// byName indexes meta by volume name (name -> IDs): a query by name is a map look-up,
+	// as in vCenter's database, not a scan of every volume. The scan made the harness's
+	// CPU per query grow with the volumes it holds, on the cores volmig shares with it.
+	byName map[string]map[string]bool
+}
+
+// remember records vm in meta and in the name index.
+func (m *cnsManager) remember(vm *volumeMeta) {
+	if old := m.meta[vm.id]; old != nil {
+		m.forget(old.id)
+	}
+	m.meta[vm.id] = vm
+	ids := m.byName[vm.name]
+	if ids == nil {
+		ids = map[string]bool{}
+		m.byName[vm.name] = ids
+	}
+	ids[vm.id] = true
+}
+
+// forget drops the volume id from meta and from the name index; it returns what meta held.
+func (m *cnsManager) forget(id string) *volumeMeta {
+	vm := m.meta[id]
+	if vm == nil {
+		return nil
+	}
+	delete(m.meta, id)
+	if ids := m.byName[vm.name]; ids != nil {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(m.byName, vm.name)
+		}
+	}
+	return vm
 }
 
 // volumeMeta is what the harness remembers about a volume besides what upstream keeps.
@@ -220,7 +254,7 @@ func (m *cnsManager) delegateCreate(ctx context.Context, spec cnstypes.CnsVolume
 		vm.id = op.VolumeId.Id
 		vm.name = spec.Name
 		vm.createTime = now
-		m.meta[vm.id] = vm
+		m.remember(vm)
 	}
 	return res
 }
@@ -330,7 +364,7 @@ func stringSet(items []string) map[string]bool {
 
 // candidateIDs returns the IDs of the volumes a filter by volume IDs or names can match,
 // or nil when it names neither (every volume is a candidate). Every volume has metadata
-// (delegateCreate records it; removeVolume drops both), so names resolve through it.
+// (delegateCreate records it; removeVolume drops both), so names resolve through byName.
 func (m *cnsManager) candidateIDs(filter cnstypes.CnsQueryFilter) map[string]bool {
 	if len(filter.VolumeIds) > 0 {
 		ids := make(map[string]bool, len(filter.VolumeIds))
@@ -342,10 +376,9 @@ func (m *cnsManager) candidateIDs(filter cnstypes.CnsQueryFilter) map[string]boo
 	if len(filter.Names) == 0 {
 		return nil
 	}
-	names := stringSet(filter.Names)
 	ids := map[string]bool{}
-	for id, vm := range m.meta {
-		if names[vm.name] {
+	for _, name := range filter.Names {
+		for id := range m.byName[name] {
 			ids[id] = true
 		}
 	}
@@ -479,8 +512,7 @@ func (m *cnsManager) removeVolume(ctx context.Context, id string, deleteDisk boo
 		VolumeIds: []cnstypes.CnsVolumeId{{Id: id}},
 	})
 	res := m.innerTaskResult(body.(*methods.CnsDeleteVolumeBody).Res.Returnval)
-	vm := m.meta[id]
-	delete(m.meta, id)
+	vm := m.forget(id)
 	if len(res) == 0 {
 		return false
 	}

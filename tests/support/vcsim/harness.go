@@ -382,7 +382,7 @@ func (h *harness) installCNS() {
 	reg := simulator.NewRegistry()
 	reg.Namespace = cns.Namespace
 	reg.Path = cns.Path
-	h.cns = &cnsManager{CnsVolumeManager: upstream, h: h, meta: map[string]*volumeMeta{}}
+	h.cns = &cnsManager{CnsVolumeManager: upstream, h: h, meta: map[string]*volumeMeta{}, byName: map[string]map[string]bool{}}
 	reg.Put(h.cns)
 	h.cnsReg = reg
 	h.model.Service.RegisterSDK(reg)

@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +150,12 @@ func main() {
 	log.SetPrefix("vcsim-harness: ")
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	opts := parseFlags()
+	// The harness shares the machine's cores with the client under test (a real vCenter
+	// runs elsewhere): collect garbage at 4x the live heap instead of 2x, which roughly
+	// halves the collector's CPU for a few more MiB. GOGC, when set, still decides.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	// Installed before start-up, so a SIGTERM that arrives early still ends with exit 0.
 	stop := make(chan os.Signal, 2)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)

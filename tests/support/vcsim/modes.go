@@ -302,21 +302,51 @@ type createEnvelope struct {
 	} `xml:"Body"`
 }
 
+// createLog keeps every CnsCreateVolume body as it arrived and parses the bodies only
+// when the log is read: parsing each create on arrival cost the harness a full XML decode
+// per registration, on the cores volmig shares with it.
 type createLog struct {
-	mu      sync.Mutex
-	records []createRecord
+	mu       sync.Mutex
+	arrivals []createArrival
 }
 
-// record appends every spec of a CnsCreateVolume body (unparseable bodies add nothing;
-// the simulator answers them with a fault).
+// createArrival is one CnsCreateVolume body, who sent it and when.
+type createArrival struct {
+	body []byte
+	ua   string
+	at   time.Time
+}
+
+// record keeps a CnsCreateVolume body (the caller's buffer is not reused after the call).
 func (c *createLog) record(body []byte, ua string) {
-	var env createEnvelope
-	if err := xml.Unmarshal(body, &env); err != nil {
-		return
-	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.arrivals = append(c.arrivals, createArrival{body: body, ua: ua, at: now})
+	c.mu.Unlock()
+}
+
+// list returns every spec of the bodies received, in arrival order (unparseable bodies
+// add nothing; the simulator answers them with a fault).
+func (c *createLog) list() []createRecord {
+	c.mu.Lock()
+	arrivals := make([]createArrival, len(c.arrivals))
+	copy(arrivals, c.arrivals)
+	c.mu.Unlock()
+	out := []createRecord{}
+	for _, a := range arrivals {
+		out = append(out, parseCreate(a)...)
+	}
+	return out
+}
+
+// parseCreate reads the specs of one CnsCreateVolume body.
+func parseCreate(a createArrival) []createRecord {
+	var env createEnvelope
+	if err := xml.Unmarshal(a.body, &env); err != nil {
+		return nil
+	}
+	now := a.at.UTC().Format(time.RFC3339Nano)
+	var out []createRecord
 	for _, s := range env.Body.Create.Specs {
 		rec := createRecord{
 			Name:                  strings.TrimSpace(s.Name),
@@ -327,7 +357,7 @@ func (c *createLog) record(body []byte, ua string) {
 			Datastores:            []string{},
 			BackingDiskURLPath:    strings.TrimSpace(s.BackingObjectDetails.BackingDiskURLPath),
 			BackingDiskID:         strings.TrimSpace(s.BackingObjectDetails.BackingDiskID),
-			UserAgent:             ua,
+			UserAgent:             a.ua,
 			Time:                  now,
 		}
 		if rec.ContainerClusterArray == nil {
@@ -341,21 +371,14 @@ func (c *createLog) record(body []byte, ua string) {
 		for _, d := range s.Datastores {
 			rec.Datastores = append(rec.Datastores, strings.TrimSpace(d.Value))
 		}
-		c.records = append(c.records, rec)
+		out = append(out, rec)
 	}
-}
-
-func (c *createLog) list() []createRecord {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]createRecord, len(c.records))
-	copy(out, c.records)
 	return out
 }
 
 func (c *createLog) reset() {
 	c.mu.Lock()
-	c.records = nil
+	c.arrivals = nil
 	c.mu.Unlock()
 }
 
