@@ -5,8 +5,8 @@ import "testing"
 // The byte scan must name the same method as the XML decoder wherever it answers.
 func TestSoapMethodScanAgreesWithTheDecoder(t *testing.T) {
 	bodies := map[string]string{
-		"plain": `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><CnsCreateVolume xmlns="urn:vsan"><_this type="CnsVolumeManager">cns-volume-manager</_this></CnsCreateVolume></soapenv:Body></soapenv:Envelope>`,
-		"header": `<Envelope xmlns="http://schemas.xmlsoap.org/soap/envelope/"><Header><operationID>a/b>c</operationID><vcSessionCookie>"x"</vcSessionCookie></Header><Body><RetrievePropertiesEx xmlns="urn:vim25"/></Body></Envelope>`,
+		"plain":                   `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><CnsCreateVolume xmlns="urn:vsan"><_this type="CnsVolumeManager">cns-volume-manager</_this></CnsCreateVolume></soapenv:Body></soapenv:Envelope>`,
+		"header":                  `<Envelope xmlns="http://schemas.xmlsoap.org/soap/envelope/"><Header><operationID>a/b>c</operationID><vcSessionCookie>"x"</vcSessionCookie></Header><Body><RetrievePropertiesEx xmlns="urn:vim25"/></Body></Envelope>`,
 		"attributes with > and /": `<s:Envelope a="1>2" b='x/'><s:Body c="/>"><m:QueryVirtualDiskUuid d="x"><name>[ds] a/b.vmdk</name></m:QueryVirtualDiskUuid></s:Body></s:Envelope>`,
 		"self-closing body":       `<Envelope><Body/><Other><Inner/></Other></Envelope>`,
 		"body not second level":   `<Envelope><Wrap><Body><Method/></Body></Wrap></Envelope>`,
