@@ -47,9 +47,7 @@ type cnsManager struct {
 
 // remember records vm in meta and in the name index.
 func (m *cnsManager) remember(vm *volumeMeta) {
-	if old := m.meta[vm.id]; old != nil {
-		m.forget(old.id)
-	}
+	m.forget(vm.id)
 	m.meta[vm.id] = vm
 	ids := m.byName[vm.name]
 	if ids == nil {

@@ -138,7 +138,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 }
 
 // soapMethod returns the local name of the first element inside the SOAP Body, or
-// "(unknown)" when the body is not a SOAP envelope. A byte scan answers for the plain
+// unknownMethod when the body is not a SOAP envelope. A byte scan answers for the plain
 // envelopes clients send; anything it does not handle goes to the XML decoder. The
 // decoder on every call was a twentieth of the harness's CPU, on the cores volmig shares.
 func soapMethod(body []byte) string {
@@ -148,16 +148,45 @@ func soapMethod(body []byte) string {
 	return decodeSOAPMethod(body)
 }
 
+// unknownMethod names the method of a body that is not a SOAP envelope.
+const unknownMethod = "(unknown)"
+
+// envelopeWalk follows the elements of a SOAP envelope, in document order, to the first
+// element inside its Body (the Body at depth 2, the method at depth 3).
+type envelopeWalk struct {
+	depth  int
+	inBody bool
+}
+
+// open enters an element with local name local; found is true when it is the method.
+func (w *envelopeWalk) open(local string) (method string, found bool) {
+	w.depth++
+	if w.inBody && w.depth == 3 {
+		return local, true
+	}
+	if w.depth == 2 && local == "Body" {
+		w.inBody = true
+	}
+	return "", false
+}
+
+// close leaves the innermost open element.
+func (w *envelopeWalk) close() {
+	if w.depth == 2 {
+		w.inBody = false
+	}
+	w.depth--
+}
+
 // scanSOAPMethod walks the tags of body: ok is false (ask the decoder) at a comment,
 // CDATA section, DOCTYPE, a name it does not expect, or a tag that does not end.
 func scanSOAPMethod(body []byte) (method string, ok bool) {
-	depth := 0
-	inBody := false
+	var walk envelopeWalk
 	i := 0
 	for {
 		lt := bytes.IndexByte(body[i:], '<')
 		if lt < 0 {
-			return "(unknown)", true
+			return unknownMethod, true
 		}
 		i += lt + 1
 		if i >= len(body) {
@@ -179,10 +208,7 @@ func scanSOAPMethod(body []byte) (method string, ok bool) {
 				return "", false
 			}
 			i += end + 1
-			if depth == 2 {
-				inBody = false
-			}
-			depth--
+			walk.close()
 			continue
 		}
 		nameEnd := i
@@ -200,19 +226,11 @@ func scanSOAPMethod(body []byte) (method string, ok bool) {
 		if !found {
 			return "", false
 		}
-		local := name[bytes.LastIndexByte(name, ':')+1:]
-		depth++
-		if inBody && depth == 3 {
-			return string(local), true
-		}
-		if depth == 2 && string(local) == "Body" {
-			inBody = true
+		if method, found := walk.open(string(name[bytes.LastIndexByte(name, ':')+1:])); found {
+			return method, true
 		}
 		if selfClosing {
-			if depth == 2 {
-				inBody = false
-			}
-			depth--
+			walk.close()
 		}
 		i = tagEnd
 	}
@@ -247,27 +265,19 @@ func isNameByte(c byte) bool {
 // decodeSOAPMethod is soapMethod by the XML decoder (raw tokens: only local names count).
 func decodeSOAPMethod(body []byte) string {
 	d := xml.NewDecoder(bytes.NewReader(body))
-	depth := 0
-	inBody := false
+	var walk envelopeWalk
 	for {
 		tok, err := d.RawToken()
 		if err != nil {
-			return "(unknown)"
+			return unknownMethod
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
-			depth++
-			if inBody && depth == 3 {
-				return t.Name.Local
-			}
-			if depth == 2 && t.Name.Local == "Body" {
-				inBody = true
+			if method, found := walk.open(t.Name.Local); found {
+				return method
 			}
 		case xml.EndElement:
-			if depth == 2 {
-				inBody = false
-			}
-			depth--
+			walk.close()
 		}
 	}
 }
