@@ -47,6 +47,23 @@ pub struct KubeArgs {
     /// Path of a kubeconfig file (default: in-cluster config, then KUBECONFIG, then ~/.kube/config).
     #[arg(long, env = "VOLMIG_KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
+
+    /// How long a Kubernetes request (other than a watch) may take, reply body included,
+    /// before it fails and is retried; above the API server's own 60 s by default.
+    #[arg(long, env = "VOLMIG_KUBE_REQUEST_TIMEOUT", global = true, default_value = "70s",
+          value_parser = parse_duration)]
+    pub kube_request_timeout: Duration,
+}
+
+impl KubeArgs {
+    /// The Kubernetes connection of `kubeconfig` (default: inferred) with the default
+    /// request timeout.
+    pub fn new(kubeconfig: Option<PathBuf>) -> Self {
+        Self {
+            kubeconfig,
+            kube_request_timeout: crate::k8s::deadline::DEFAULT_KUBE_REQUEST_TIMEOUT,
+        }
+    }
 }
 
 /// What to do when no PV references a registered vmdk any longer.

@@ -64,8 +64,7 @@ fn main() -> ExitCode {
         Command::Lookup(args) => {
             let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
                 rt.block_on(async {
-                    let client =
-                        volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
+                    let client = volmig::daemon::kube_client(&args.kube).await?;
                     Ok(match (&args.pv, &args.volume_path) {
                         (Some(pv), _) => volmig::lookup::lookup_pv(client, pv).await,
                         (None, path) => {
@@ -101,8 +100,7 @@ fn main() -> ExitCode {
         Command::Report(args) => {
             let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
                 rt.block_on(async {
-                    let client =
-                        volmig::daemon::kube_client(args.kube.kubeconfig.as_deref()).await?;
+                    let client = volmig::daemon::kube_client(&args.kube).await?;
                     Ok(volmig::report::run(client, &args).await?)
                 })
             });

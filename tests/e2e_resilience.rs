@@ -462,3 +462,64 @@ async fn deletion_flows() {
     );
     println!("--on-pv-delete=keep: VolumeMigration gone, CNS volume kept");
 }
+
+/// A Kubernetes reply that never comes (a half-open connection, a stalled proxy) must not
+/// hold the registrar. The write-ahead of the first PV is committed but its reply is held
+/// for ten minutes; with one backend slot, that write-ahead holds the slot and the path's
+/// lock. With `--kube-request-timeout 3s` the request fails, the registrar lets go of both,
+/// and both PVs end up Registered, once each, long before the reply is released. Before the
+/// deadline existed, nothing registered until the reply came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_reply_that_never_comes_holds_nothing_for_good() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let cluster = Cluster::start().await;
+    let server = cluster
+        .server
+        .as_ref()
+        .expect("needs the API test server (held replies)");
+    let daemon = Daemon::spawn(
+        &cluster,
+        &sim,
+        "deadline",
+        &[
+            "--kube-request-timeout",
+            "3s",
+            "--max-concurrent-registrations",
+            "1",
+            "--full-sync-interval",
+            "1h",
+        ],
+    );
+    daemon.wait_ready().await;
+    server
+        .faults()
+        .hold_replies("\"Registering\"", Duration::from_secs(600), 1);
+    let first = create_pvs(&cluster, &sim, 1..=1).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the first write-ahead committed and its reply held",
+        || async { (server.faults().config().hold_reply_count == 0).then_some(()) },
+    )
+    .await;
+    let second = create_pvs(&cluster, &sim, 2..=2).await;
+    let started = Instant::now();
+    let paths: BTreeSet<String> = first.union(&second).cloned().collect();
+    let ids = all_registered_once(&cluster, &sim, &paths).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "registered while the reply was still held ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(
+        sim.stats().await.calls("CnsCreateVolume"),
+        2,
+        "one create per vmdk"
+    );
+    let log = daemon.log_text();
+    assert!(
+        log.contains("--kube-request-timeout"),
+        "the timed-out write-ahead is logged: {}",
+        log.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+    );
+}

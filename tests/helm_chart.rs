@@ -168,6 +168,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--lease-holder-id=$(POD_NAME)",
             "--http-addr=0.0.0.0:8080",
             "--log-format=text",
+            "--kube-request-timeout=70s",
         ],
         "defaults follow the docs/design.md §3 contract, with the Lease in the release namespace"
     );

@@ -113,7 +113,7 @@ struct Started {
 }
 
 async fn start(args: &RunArgs, holder_id: &str, not_ready: &str) -> anyhow::Result<Started> {
-    let client = kube_client_as(args.kube.kubeconfig.as_deref(), &user_agent(holder_id)).await?;
+    let client = kube_client_as(&args.kube, &user_agent(holder_id)).await?;
     let metrics = Metrics::new();
     let health = Health::new();
     health.set_not_ready(not_ready);

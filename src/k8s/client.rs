@@ -3,7 +3,9 @@
 
 use anyhow::Context as _;
 
+use super::deadline::DeadlineLayer;
 use crate::backend::cns::DEFAULT_USER_AGENT;
+use crate::cli::KubeArgs;
 
 /// The User-Agent of every request a replica makes (Kubernetes and vCenter), naming its
 /// lease holder ID so audit logs can tell replicas apart.
@@ -11,16 +13,15 @@ pub fn user_agent(holder_id: &str) -> String {
     format!("{DEFAULT_USER_AGENT} ({holder_id})")
 }
 
-/// Builds a client from `--kubeconfig`, else in-cluster / `KUBECONFIG` / `~/.kube/config`.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    kube_client_as(kubeconfig, DEFAULT_USER_AGENT).await
+/// Builds a client from `--kubeconfig`, else in-cluster / `KUBECONFIG` / `~/.kube/config`,
+/// whose requests other than watches fail after `--kube-request-timeout`.
+pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
+    kube_client_as(kube, DEFAULT_USER_AGENT).await
 }
 
 /// [`kube_client`] with a given User-Agent.
-pub async fn kube_client_as(
-    kubeconfig: Option<&std::path::Path>,
-    agent: &str,
-) -> anyhow::Result<kube::Client> {
+pub async fn kube_client_as(kube: &KubeArgs, agent: &str) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube.kubeconfig.as_deref();
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -35,7 +36,11 @@ pub async fn kube_client_as(
     };
     let agent = ::http::HeaderValue::from_str(agent).context("User-Agent header")?;
     config.headers.push((::http::header::USER_AGENT, agent));
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    let builder =
+        kube::client::ClientBuilder::try_from(config).context("creating the Kubernetes client")?;
+    Ok(builder
+        .with_layer(&DeadlineLayer::new(kube.kube_request_timeout))
+        .build())
 }
 
 /// Lists every object of `api` page by page (`page_size` items, `continue` tokens) and

@@ -1,8 +1,9 @@
 //! Kubernetes adapters: the one status writer ([`status`]), VolumeMigration objects
 //! ([`migrations`]), the CSI driver's cache objects ([`driver_cache`]), Events
-//! ([`events`]) and clients ([`client`]).
+//! ([`events`]) and clients ([`client`], with the request [`deadline`]).
 
 pub mod client;
+pub mod deadline;
 pub mod driver_cache;
 pub mod events;
 pub mod migrations;

@@ -142,6 +142,12 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.vc_request_timeout == Duration::from_secs(20),
         ),
         (
+            "kube-request-timeout",
+            vec!["--set-string", "kubeRequestTimeout=2m"],
+            "--kube-request-timeout=2m",
+            |a| a.kube.kube_request_timeout == Duration::from_secs(120),
+        ),
+        (
             "vc-task-timeout",
             vec!["--set-string", "vcenter.taskTimeout=5m"],
             "--vc-task-timeout=5m",

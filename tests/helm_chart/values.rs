@@ -139,6 +139,10 @@ fn contradictory_values_are_refused() {
         (&["--set-string", "onPvDelete=delete"], "onPvDelete"),
         (&["--set-string", "logFormat=xml"], "logFormat"),
         (
+            &["--set-string", "kubeRequestTimeout=70"],
+            "kubeRequestTimeout",
+        ),
+        (
             &["--set-string", "fullSyncInterval=10 minutes"],
             "fullSyncInterval",
         ),

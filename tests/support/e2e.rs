@@ -84,9 +84,10 @@ impl Cluster {
                 (Some(server), path)
             }
         };
-        let client = volmig::daemon::kube_client(Some(&kubeconfig))
-            .await
-            .expect("client");
+        let client =
+            volmig::daemon::kube_client(&volmig::cli::KubeArgs::new(Some(kubeconfig.clone())))
+                .await
+                .expect("client");
         let cluster = Cluster {
             server,
             daemon_kubeconfig: kubeconfig.clone(),
