@@ -264,10 +264,7 @@ async fn a_deposed_leader_never_creates_nor_overwrites() {
 
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
     let cluster = Cluster::start().await;
-    let server = cluster
-        .server
-        .as_ref()
-        .expect("needs the API test server (held replies)");
+    let server = cluster.test_server();
     let flags = [
         "--lease-duration",
         "4s",

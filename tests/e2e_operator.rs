@@ -520,10 +520,7 @@ async fn at_most_four_api_writes_per_new_pv() {
 async fn a_held_volume_migration_create_does_not_hold_up_the_next_pv() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
     let cluster = Cluster::start().await;
-    let server = cluster
-        .server
-        .as_ref()
-        .expect("needs the API test server (held replies)");
+    let server = cluster.test_server();
     let _daemon = spawn_past_start_up(&cluster, &sim, "held-create").await;
     let (first, second) = (sim.vmdk_path("kubevols", 1), sim.vmdk_path("kubevols", 2));
     // The object's name appears in its create and nowhere before it.

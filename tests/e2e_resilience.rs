@@ -473,10 +473,7 @@ async fn deletion_flows() {
 async fn a_kubernetes_reply_that_never_comes_holds_nothing_for_good() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
     let cluster = Cluster::start().await;
-    let server = cluster
-        .server
-        .as_ref()
-        .expect("needs the API test server (held replies)");
+    let server = cluster.test_server();
     let daemon = Daemon::spawn(
         &cluster,
         &sim,

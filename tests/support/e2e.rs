@@ -212,6 +212,14 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
+    /// The in-process test server, for tests that inject its faults (held replies);
+    /// panics against a real cluster.
+    pub fn test_server(&self) -> &kube_testserver::TestServer {
+        self.server
+            .as_ref()
+            .expect("needs the API test server (held replies)")
+    }
+
     /// Creates an in-tree vSphere PV (Retain) for `volume_path`.
     pub async fn create_pv(&self, name: &str, volume_path: &str) {
         let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
