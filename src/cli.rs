@@ -55,17 +55,6 @@ pub struct KubeArgs {
     pub kube_request_timeout: Duration,
 }
 
-impl KubeArgs {
-    /// The Kubernetes connection of `kubeconfig` (default: inferred) with the default
-    /// request timeout.
-    pub fn new(kubeconfig: Option<PathBuf>) -> Self {
-        Self {
-            kubeconfig,
-            kube_request_timeout: crate::k8s::deadline::DEFAULT_KUBE_REQUEST_TIMEOUT,
-        }
-    }
-}
-
 /// What to do when no PV references a registered vmdk any longer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnPvDelete {
@@ -393,6 +382,10 @@ mod tests {
         assert_eq!(args.lease_name, "volmig");
         assert_eq!(args.http_addr.to_string(), "0.0.0.0:8080");
         assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(
+            args.kube.kube_request_timeout,
+            crate::k8s::deadline::DEFAULT_KUBE_REQUEST_TIMEOUT
+        );
         assert!(!args.vc_insecure);
         assert_eq!(
             args.effective_in_flight_grace(),

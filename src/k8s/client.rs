@@ -21,8 +21,7 @@ pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
 
 /// [`kube_client`] with a given User-Agent.
 pub async fn kube_client_as(kube: &KubeArgs, agent: &str) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube.kubeconfig.as_deref();
-    let mut config = match kubeconfig {
+    let mut config = match kube.kubeconfig.as_deref() {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;

@@ -162,14 +162,11 @@ where
             .expiry
             .as_mut()
             .is_some_and(|expiry| expiry.sleep.as_mut().poll(cx).is_ready());
-        match this.expiry.take() {
-            Some(Expiry { what, limit, .. }) if expired => {
+        match this.expiry.take_if(|_| expired) {
+            Some(Expiry { what, limit, .. }) => {
                 Poll::Ready(Some(Err(RequestTimedOut { what, limit }.into())))
             }
-            expiry => {
-                this.expiry = expiry;
-                Poll::Pending
-            }
+            None => Poll::Pending,
         }
     }
 

@@ -84,10 +84,11 @@ impl Cluster {
                 (Some(server), path)
             }
         };
-        let client =
-            volmig::daemon::kube_client(&volmig::cli::KubeArgs::new(Some(kubeconfig.clone())))
-                .await
-                .expect("client");
+        let kube = volmig::cli::KubeArgs {
+            kubeconfig: Some(kubeconfig.clone()),
+            kube_request_timeout: volmig::k8s::deadline::DEFAULT_KUBE_REQUEST_TIMEOUT,
+        };
+        let client = volmig::daemon::kube_client(&kube).await.expect("client");
         let cluster = Cluster {
             server,
             daemon_kubeconfig: kubeconfig.clone(),
