@@ -53,19 +53,9 @@ fn run_defaults_follow_the_contract() {
 #[test]
 fn in_flight_grace_never_falls_below_the_longest_create() {
     let parse = |extra: &[&str]| {
-        let mut argv = vec![
-            "volmig",
-            "run",
-            "--vc-url",
-            "https://vc/sdk",
-            "--cluster-id",
-            "c",
-        ];
+        let mut argv = vec!["--vc-url", "https://vc/sdk", "--cluster-id", "c"];
         argv.extend_from_slice(extra);
-        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("not run")
-        };
-        args.effective_in_flight_grace()
+        run_args(&argv).unwrap().effective_in_flight_grace()
     };
     let short = ["--vc-request-timeout", "2s", "--vc-task-timeout", "3s"];
     assert_eq!(parse(&short), (Duration::from_secs(5), false));
@@ -143,9 +133,7 @@ fn requests_per_second_must_be_a_sane_positive_number() {
 
 #[test]
 fn ca_file_and_insecure_conflict() {
-    let r = Cli::try_parse_from([
-        "volmig",
-        "run",
+    let r = run_args(&[
         "--vc-url",
         "https://vc/sdk",
         "--cluster-id",
