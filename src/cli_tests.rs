@@ -18,18 +18,7 @@ fn durations() {
 
 #[test]
 fn run_defaults_follow_the_contract() {
-    let cli = Cli::try_parse_from([
-        "volmig",
-        "run",
-        "--vc-url",
-        "https://vc.example/sdk",
-        "--cluster-id",
-        "c1",
-    ])
-    .unwrap();
-    let Command::Run(args) = cli.command else {
-        panic!("not run")
-    };
+    let args = run_args(&["--vc-url", "https://vc.example/sdk", "--cluster-id", "c1"]).unwrap();
     assert_eq!(args.full_sync_interval, Duration::from_secs(600));
     assert_eq!(args.max_concurrent_registrations, 8);
     assert_eq!(args.on_pv_delete, OnPvDelete::Unregister);

@@ -147,7 +147,7 @@ async fn crash_workload(kills: usize, faults: bool) {
     stop_faults.cancel();
     if let Some(task) = fault_task {
         task.await.unwrap();
-        let server = cluster.server.as_ref().unwrap();
+        let server = cluster.test_server();
         server.faults().clear();
         let injected = server.stats().injected_failures;
         assert!(injected > 0, "faults were injected");

@@ -134,7 +134,7 @@ impl Cluster {
             ],
             None,
         );
-        let server = self.server.as_ref().expect("test server");
+        let server = self.test_server();
         let path = self.path("volmig-sa-kubeconfig");
         std::fs::write(&path, server.kubeconfig_yaml_with_token(token.trim()))
             .expect("write the ServiceAccount kubeconfig");
@@ -213,12 +213,12 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
-    /// The in-process test server, for tests that inject its faults (held replies);
-    /// panics against a real cluster.
+    /// The in-process test server, for what only it offers (injected faults, held
+    /// replies, ServiceAccount tokens); panics against a real cluster.
     pub fn test_server(&self) -> &kube_testserver::TestServer {
         self.server
             .as_ref()
-            .expect("needs the API test server (held replies)")
+            .expect("needs the in-process API test server, not a real cluster")
     }
 
     /// Creates an in-tree vSphere PV (Retain) for `volume_path`.
