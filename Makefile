@@ -16,6 +16,7 @@ help:
 	@echo "make demo   - run volmig locally on the embedded test components"
 	@echo "make test   - install what is needed, then fmt check, clippy, and the whole test suite"
 	@echo "make bench  - benchmarks (results in bench/)"
+	@echo "make install - release build into \$$PREFIX/bin (default /usr/local), with kubectl-volmig"
 
 # Debian packages the tests use: Go + govmomi for the vCenter simulator, promtool.
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev prometheus

@@ -1,5 +1,5 @@
-# `make bench`: the benchmarks of bench/ (issue 7) on release builds of volmig and of the
-# harness, against the vCenter simulator and the Kubernetes API test server. Writes
+# `make bench`: the benchmarks of bench/ (docs/performance.md) on release builds of volmig and of
+# the harness, against the vCenter simulator and the Kubernetes API test server. Writes
 # bench/results.json, bench/report.md, bench/throughput.png and bench/memory.png.
 #
 #   make bench                     # default sizes, ~20 minutes on 2 cores

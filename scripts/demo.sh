@@ -84,7 +84,7 @@ http_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 echo "== running volmig"
 "$volmig" run --kubeconfig "$work/kubeconfig" --vc-url "$vc_url" --vc-ca-file "$work/vc-ca.pem" \
   --vc-credentials-file "$work/credentials" --cluster-id demo-cluster \
-  --http-addr "127.0.0.1:$http_port" --full-sync-interval 30s >"$work/volmig.out" 2>"$work/volmig.log" &
+  --http-addr "127.0.0.1:$http_port" --probe-addr 127.0.0.1:0 --full-sync-interval 30s >"$work/volmig.out" 2>"$work/volmig.log" &
 pids+=($!)
 
 echo "== waiting for convergence"

@@ -16,6 +16,55 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The file name under which kubectl runs this binary as `kubectl volmig` (kubectl's plugin
+/// convention: `kubectl volmig ARGS` executes `kubectl-volmig ARGS` found on PATH).
+pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-volmig";
+
+/// The program name usage and help show when run as [`KUBECTL_PLUGIN_FILE`].
+pub const KUBECTL_PLUGIN_NAME: &str = "kubectl volmig";
+
+impl Cli {
+    /// Parses a command line (`argv[0]` first) like [`Parser::try_parse_from`], except that
+    /// when `argv[0]`'s file name is [`KUBECTL_PLUGIN_FILE`], usage, help and errors name
+    /// the program [`KUBECTL_PLUGIN_NAME`].
+    pub fn try_parse_invocation<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let mut args = args.into_iter().map(Into::into).peekable();
+        let mut command = Cli::command();
+        if args
+            .peek()
+            .is_some_and(|argv0| invoked_as_kubectl_plugin(argv0))
+        {
+            command = command.bin_name(KUBECTL_PLUGIN_NAME);
+        }
+        let matches = command.try_get_matches_from_mut(args)?;
+        Cli::from_arg_matches(&matches).map_err(|e| e.with_cmd(&command))
+    }
+
+    /// [`Cli::try_parse_invocation`], printing help, version or the error and exiting as
+    /// clap does.
+    pub fn parse_invocation<I, T>(args: I) -> Cli
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Cli::try_parse_invocation(args).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// Whether `argv0` (a path or a bare name) is the kubectl plugin's file name (`.exe` on
+/// Windows).
+fn invoked_as_kubectl_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .and_then(std::ffi::OsStr::to_str)
+        .is_some_and(|name| name.strip_suffix(".exe").unwrap_or(name) == KUBECTL_PLUGIN_FILE)
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -143,13 +192,11 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_DATACENTERS", value_delimiter = ',')]
     pub datacenters: Vec<String>,
 
-    /// CNS container-cluster ID written on registrations. Required unless --csi-config
-    /// has `cluster-id` in its [Global] section.
-    #[arg(
-        long,
-        env = "VOLMIG_CLUSTER_ID",
-        required_unless_present = "csi_config"
-    )]
+    /// CNS container-cluster ID written on registrations. Optional: else `cluster-id` in
+    /// the [Global] section of --csi-config, else the vSphere CSI driver's ConfigMap
+    /// `vsphere-csi-cluster-id` in --driver-namespace. volmig refuses to start when it
+    /// differs from that ConfigMap's, or when none of the three gives one.
+    #[arg(long, env = "VOLMIG_CLUSTER_ID")]
     pub cluster_id: Option<String>,
 
     /// Interval of the full sync, e.g. 10m, 30s.
@@ -186,6 +233,25 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_PUBLISH_DRIVER_CACHE", value_enum, default_value_t = PublishDriverCache::Auto)]
     pub publish_driver_cache: PublishDriverCache,
 
+    /// Namespace of the vSphere CSI driver (where its syncer's Lease and its cluster-ID
+    /// ConfigMap `vsphere-csi-cluster-id` live).
+    #[arg(
+        long,
+        env = "VOLMIG_DRIVER_NAMESPACE",
+        default_value = "vmware-system-csi"
+    )]
+    pub driver_namespace: String,
+
+    /// The Lease the CSI driver's syncer leads with. While another holder renews it, the
+    /// driver registers in-tree vmdks itself and volmig creates nothing (it adopts); an
+    /// empty value never follows the driver (only where no driver syncer runs).
+    #[arg(
+        long,
+        env = "VOLMIG_DRIVER_SYNCER_LEASE",
+        default_value = "vsphere-syncer"
+    )]
+    pub driver_syncer_lease: String,
+
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
     pub on_pv_delete: OnPvDelete,
@@ -199,6 +265,17 @@ pub struct RunArgs {
     /// or vCenter.
     #[arg(long, env = "VOLMIG_DRY_RUN")]
     pub dry_run: bool,
+
+    /// With --dry-run: one pass, then print the plan (what would be registered, repaired,
+    /// published, unregistered) on stdout and exit 0 when nothing would be done, 1 when
+    /// something would, 2 on errors. No HTTP endpoints.
+    #[arg(long, env = "VOLMIG_ONCE", requires = "dry_run")]
+    pub once: bool,
+
+    /// Format of the --once plan.
+    #[arg(short = 'o', long = "output", env = "VOLMIG_OUTPUT", value_enum,
+          default_value_t = crate::report::Format::Table, requires = "once")]
+    pub output: crate::report::Format,
 
     /// Use Lease-based leader election (turn off only for a single replica).
     #[arg(long, env = "VOLMIG_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
@@ -223,6 +300,11 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "VOLMIG_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+
+    /// Address of the kubelet's probes /healthz and /readyz only, apart from --http-addr so
+    /// that no client of the metrics port can delay a probe. Must differ from --http-addr.
+    #[arg(long, env = "VOLMIG_PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
 
     /// Log format.
     #[arg(long, env = "VOLMIG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -264,6 +346,25 @@ pub struct ReportArgs {
     /// Print only the PVs that are not ready (totals still count all).
     #[arg(long)]
     pub not_ready: bool,
+
+    /// Namespace of the vSphere CSI driver, where its syncer's Lease lives (as for
+    /// `volmig run`).
+    #[arg(
+        long,
+        env = "VOLMIG_DRIVER_NAMESPACE",
+        default_value = "vmware-system-csi",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub driver_namespace: String,
+
+    /// The Lease the CSI driver's syncer leads with (as for `volmig run`): read once to name
+    /// the registrar; empty: the driver's syncer is not followed.
+    #[arg(
+        long,
+        env = "VOLMIG_DRIVER_SYNCER_LEASE",
+        default_value = "vsphere-syncer"
+    )]
+    pub driver_syncer_lease: String,
 }
 
 /// Highest accepted `--vc-requests-per-second`.
@@ -292,7 +393,8 @@ pub fn parse_requests_per_second(text: &str) -> Result<f64, String> {
 }
 
 /// Parses `--vc-url`: an `https` URL with a host. Plain `http` is refused: volmig would
-/// send the vCenter password unencrypted.
+/// send the vCenter password unencrypted. So is a URL with a user or password in it
+/// (`https://user:password@vc/sdk`); the error shows neither.
 pub fn parse_vc_url(text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
     crate::vcenter_config::check_url(&url)?;
@@ -314,11 +416,13 @@ impl clap::builder::TypedValueParser for VcUrlParser {
         value: &std::ffi::OsStr,
     ) -> Result<url::Url, clap::Error> {
         let invalid = |message: String| {
-            clap::Error::raw(
-                clap::error::ErrorKind::ValueValidation,
-                format!("invalid value for --vc-url: {message}\n"),
-            )
-            .with_cmd(cmd)
+            // A message that names the flag itself needs no prefix.
+            let message = if message.starts_with("--vc-url ") {
+                format!("{message}\n")
+            } else {
+                format!("invalid value for --vc-url: {message}\n")
+            };
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
         };
         let text = value
             .to_str()

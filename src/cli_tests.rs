@@ -65,11 +65,13 @@ fn run_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
 }
 
 #[test]
-fn url_and_cluster_id_are_required_without_csi_config() {
+fn url_is_required_without_csi_config_and_cluster_id_never() {
     let e = run_args(&["--cluster-id", "c"]).unwrap_err();
     assert!(e.to_string().contains("--vc-url"), "{e}");
-    let e = run_args(&["--vc-url", "https://vc/sdk"]).unwrap_err();
-    assert!(e.to_string().contains("--cluster-id"), "{e}");
+    // The CSI driver's ConfigMap may supply the cluster ID (checked at start-up).
+    let args = run_args(&["--vc-url", "https://vc/sdk"]).unwrap();
+    assert_eq!(args.cluster_id, None);
+    assert_eq!(args.driver_namespace, "vmware-system-csi");
     let args = run_args(&["--csi-config", "/etc/csi/csi-vsphere.conf"]).unwrap();
     assert_eq!(args.vc_url, None);
     assert_eq!(args.cluster_id, None);
@@ -132,4 +134,92 @@ fn ca_file_and_insecure_conflict() {
         "--vc-insecure",
     ]);
     assert!(r.is_err());
+}
+
+#[test]
+fn credentials_in_the_vc_url_are_refused_without_repeating_them() {
+    for url in [
+        "https://admin:S3cretPw@vc.example/sdk",
+        "https://admin@vc.example/sdk",
+        "https://:S3cretPw@vc.example/sdk",
+        "https://ad%6Din:S3cr%65tPw@vc.example:8443/sdk",
+        "http://admin:S3cretPw@vc.example/sdk",
+        " https://admin:S3cretPw@vc.example/sdk ",
+    ] {
+        let e = run_args(&["--vc-url", url, "--cluster-id", "c"]).unwrap_err();
+        let shown = e.to_string();
+        assert!(
+            shown.contains("--vc-url must not contain credentials (user:password@)"),
+            "{url:?}: {shown}"
+        );
+        assert!(
+            shown.contains("--vc-credentials-file")
+                && shown.contains("VOLMIG_VC_USERNAME/VOLMIG_VC_PASSWORD"),
+            "{url:?}: says where credentials go: {shown}"
+        );
+        for secret in ["S3c", "cretPw", "ad%6D", "admin", "%65t", "vc.example"] {
+            assert!(!shown.contains(secret), "{url:?} shows {secret:?}: {shown}");
+        }
+        assert!(parse_vc_url(url).is_err(), "{url:?}");
+    }
+}
+
+#[test]
+fn once_and_output_need_dry_run() {
+    let base = ["--vc-url", "https://vc.example/sdk", "--cluster-id", "c"];
+    let with = |extra: &[&str]| {
+        let mut argv = base.to_vec();
+        argv.extend_from_slice(extra);
+        run_args(&argv)
+    };
+    let args = with(&["--dry-run", "--once"]).unwrap();
+    assert!(args.dry_run && args.once);
+    assert_eq!(args.output, crate::report::Format::Table);
+    let args = with(&["--dry-run", "--once", "-o", "json"]).unwrap();
+    assert_eq!(args.output, crate::report::Format::Json);
+    let plain = with(&[]).unwrap();
+    assert!(!plain.once, "off by default");
+    let e = with(&["--once"]).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        clap::error::ErrorKind::MissingRequiredArgument,
+        "{e}"
+    );
+    assert!(e.to_string().contains("--dry-run"), "{e}");
+    let e = with(&["--dry-run", "--output", "json"]).unwrap_err();
+    assert!(e.to_string().contains("--once"), "{e}");
+}
+
+#[test]
+fn run_as_kubectl_volmig_names_the_program_kubectl_volmig() {
+    for argv0 in [
+        "kubectl-volmig",
+        "/usr/local/bin/kubectl-volmig",
+        "kubectl-volmig.exe",
+    ] {
+        let e = Cli::try_parse_invocation([argv0, "report", "--help"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        let help = e.to_string();
+        assert!(
+            help.contains("Usage: kubectl volmig report [OPTIONS]"),
+            "{argv0}: {help}"
+        );
+        let e = Cli::try_parse_invocation([argv0]).unwrap_err();
+        assert!(
+            e.to_string().contains("Usage: kubectl volmig <COMMAND>"),
+            "{argv0}: {e}"
+        );
+        let cli = Cli::try_parse_invocation([argv0, "lookup", "--pv", "pv-a"]).unwrap();
+        assert!(matches!(cli.command, Command::Lookup(l) if l.pv.as_deref() == Some("pv-a")));
+    }
+    for argv0 in [
+        "volmig",
+        "/usr/bin/volmig",
+        "kubectl-volmig-old",
+        "xkubectl-volmig",
+    ] {
+        let e = Cli::try_parse_invocation([argv0, "--help"]).unwrap_err();
+        let help = e.to_string();
+        assert!(!help.contains("kubectl volmig"), "{argv0}: {help}");
+    }
 }

@@ -10,6 +10,7 @@
 //! - [`controller`]: PV watcher and index, reconciler, full sync;
 //! - [`k8s`]: Kubernetes adapters (the one status writer, VolumeMigration objects, Events,
 //!   clients);
+//! - [`syncer_lease`]: who registers now, volmig or the CSI driver's syncer (follow/own);
 //! - infrastructure: [`leader`] (Lease election), [`http`] and [`metrics`], [`backoff`],
 //!   [`credentials`];
 //! - entry points: [`cli`], [`daemon`] (`volmig run`), [`lookup`].
@@ -30,6 +31,7 @@ pub mod metrics;
 pub mod path_intern;
 pub mod registrar;
 pub mod report;
+pub mod syncer_lease;
 pub mod vcenter_config;
 pub mod volume_path;
 

@@ -3,7 +3,6 @@
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use volmig::cli::{Cli, Command, LogFormat};
 use volmig::lookup::LookupError;
@@ -32,7 +31,8 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Run as `kubectl-volmig`, usage and help say `kubectl volmig`.
+    let cli = Cli::parse_invocation(std::env::args_os());
     match cli.command {
         Command::Crd(args) => match if args.driver {
             volmig::k8s::driver_cache::crd_yaml()
@@ -48,6 +48,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Run(args) if args.once => {
+            init_logging(args.log_format);
+            let result = runtime()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(volmig::daemon::dry_run_once(*args)));
+            print_rendered(result)
+        }
         Command::Run(args) => {
             init_logging(args.log_format);
             let result = runtime()
@@ -104,19 +111,25 @@ fn main() -> ExitCode {
                     Ok(volmig::report::run(client, &args).await?)
                 })
             });
-            match result {
-                Ok(rendered) => {
-                    print!("{}", rendered.stdout);
-                    if let Some(line) = &rendered.stderr {
-                        eprintln!("{line}");
-                    }
-                    ExitCode::from(rendered.exit_code())
-                }
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(volmig::report::EXIT_ERROR)
-                }
+            print_rendered(result)
+        }
+    }
+}
+
+/// Prints what `volmig report` or `volmig run --dry-run --once` rendered and exits as
+/// `volmig report` does: 0, 1, or 2 on errors.
+fn print_rendered(result: anyhow::Result<volmig::report::Rendered>) -> ExitCode {
+    match result {
+        Ok(rendered) => {
+            print!("{}", rendered.stdout);
+            if let Some(line) = &rendered.stderr {
+                eprintln!("{line}");
             }
+            ExitCode::from(rendered.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(volmig::report::EXIT_ERROR)
         }
     }
 }

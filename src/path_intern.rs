@@ -1,4 +1,5 @@
-//! One shared copy of each canonical volume path for the whole process (issue 14).
+//! One shared copy of each canonical volume path for the whole process (docs/design.md §3.1;
+//! docs/operations.md, "Sizing memory").
 //!
 //! The PV index and the driver-cache index each keep an `Arc<VolumePath>` per tracked
 //! volume, for the same paths. Taking them from [`intern`] makes both hold the same

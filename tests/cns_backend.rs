@@ -1,6 +1,6 @@
-//! Acceptance tests of the vSphere CNS backend (issue 8) against a freshly started govmomi
-//! vCenter simulator each (`tests/support/vcsim/`). What vCenter holds is always read from
-//! the harness's own listing, never through the client under test.
+//! Acceptance tests of the vSphere CNS backend (docs/design.md §3.2) against a freshly
+//! started govmomi vCenter simulator each (`tests/support/vcsim/`). What vCenter holds is
+//! always read from the harness's own listing, never through the client under test.
 
 #![allow(
     clippy::unwrap_used,
@@ -66,6 +66,7 @@ fn request(path: &VolumePath) -> CreateVolumeRequest {
         name: path.cns_volume_name(),
         cluster_id: CLUSTER.to_owned(),
         storage_policy_name: None,
+        fence: volmig::backend::SendFence::none(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `make demo` (issue 4, acceptance 7): the demo script prints the mapping table and the
+//! `make demo` (README.md, "Quick start"): the demo script prints the mapping table and the
 //! simulator's own count with no duplicates. `make test` builds the binaries it runs.
 
 #![allow(clippy::expect_used, reason = "test code: failures should panic")]

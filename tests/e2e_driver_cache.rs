@@ -1,9 +1,11 @@
-//! End-to-end tests beside the vSphere CSI driver (docs/design.md §8; issue 13): volmig fills
-//! the driver's `CnsVSphereVolumeMigration` cache for every raw spelling, adopts what the
-//! driver registered, and protects the disks. A test-side *driver cache* reads the objects
-//! the way the driver does (raw `spec.volumepath` → `spec.volumeid`); a test-side *driver
-//! registrar* registers on a miss the way the driver does (random CNS name, then its
-//! object). Real `volmig` binary, the API test server and the simulator harness.
+//! End-to-end tests beside the vSphere CSI driver (docs/design.md §8): volmig fills the
+//! driver's `CnsVSphereVolumeMigration` cache for every raw spelling, adopts what the
+//! driver registered, and protects the disks. A test-side *driver informer* builds the
+//! driver's cache the way the driver does: from ADDED and DELETED watch events only (raw
+//! `spec.volumepath` → `spec.volumeid`; a change in place is never seen), so volmig must
+//! never change an object in place. A test-side *driver registrar* registers on a miss the
+//! way the driver does (random CNS name, then its object). Real `volmig` binary, the API
+//! test server and the simulator harness.
 
 #![allow(
     clippy::expect_used,
@@ -13,6 +15,8 @@
 
 #[path = "support/e2e.rs"]
 mod e2e;
+#[path = "e2e_driver_cache/informer.rs"]
+mod informer;
 #[path = "support/vcsim.rs"]
 mod vcsim;
 
@@ -20,6 +24,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
+use informer::DriverInformer;
 use kube::api::{Api, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
@@ -81,6 +86,7 @@ async fn every_raw_spelling_hits_the_drivers_cache_with_the_registered_id() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(3).vcenter_version("7.0.3")).await;
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
+    let informer = DriverInformer::start(&cluster).await;
     let mut raws = BTreeMap::new();
     for n in 1..=3 {
         let raw = sim.vmdk_path("kubevols", n);
@@ -137,6 +143,7 @@ async fn every_raw_spelling_hits_the_drivers_cache_with_the_registered_id() {
             "{id} keeps its disk when the VM is deleted: {flagged:?}"
         );
     }
+    informer.assert_every_pv_hits(&cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,6 +151,7 @@ async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(3)).await;
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
+    let informer = DriverInformer::start(&cluster).await;
 
     // Ordering 1: the driver registered before volmig ever ran.
     let before = sim.vmdk_path("kubevols", 1);
@@ -228,6 +236,7 @@ async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
             "{raw}"
         );
     }
+    informer.assert_every_pv_hits(&cluster).await;
 }
 
 /// Create-spec parity through the real binary: on vCenter 8.0.3 registration itself keeps
@@ -240,6 +249,7 @@ async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2).vcenter_version("8.0.3")).await;
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
+    let informer = DriverInformer::start(&cluster).await;
     let with_policy = sim.vmdk_path("kubevols", 1);
     let mut vm = volmig::k8s::migrations::new_migration(&VolumePath::parse(&with_policy).unwrap());
     vm.spec.storage_policy_name = Some(POLICY.into());
@@ -298,6 +308,7 @@ async fn on_803_no_vslm_call_and_the_spec_storage_policy_is_the_profile() {
         let vm = cluster.migration(&canonical(raw)).await.unwrap();
         assert_eq!(volume_id(&vm), Some(cache[raw.as_str()].0.clone()));
     }
+    informer.assert_every_pv_hits(&cluster).await;
 }
 
 /// volmig registered and published first; then the driver registers the same vmdk anyway
@@ -309,6 +320,7 @@ async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remai
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
+    let informer = DriverInformer::start(&cluster).await;
     let raw = sim.vmdk_path("kubevols", 1);
     cluster.create_pv("pv-1", &raw).await;
     let _daemon = Daemon::spawn(&cluster, &sim, "first", &["--full-sync-interval", "2s"]);
@@ -356,4 +368,5 @@ async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remai
             .any(|(_, note)| note.contains(&drivers) && note.contains(&volmigs)),
         "{warned:?}"
     );
+    informer.assert_every_pv_hits(&cluster).await;
 }

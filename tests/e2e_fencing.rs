@@ -1,4 +1,4 @@
-//! End-to-end tests of the fencing rules (docs/design.md §2.6, §4.8–4.10; issue 12): unknown
+//! End-to-end tests of the fencing rules (docs/design.md §2.6, §4.8–4.10): unknown
 //! create outcomes, a create outliving its daemon, and name collisions. Real `volmig`
 //! binary, the API test server and the govmomi simulator harness.
 //!
@@ -94,8 +94,8 @@ async fn pvs(cluster: &Cluster, sim: &Vcsim, n: usize) -> Vec<String> {
     paths
 }
 
-/// Issue 12 (a): every first `CnsCreateVolume` reply is lost while its task completes 3 s
-/// later. Before the fix, 12 of 12 vmdks ended with two CNS volumes.
+/// Case (a), docs/design.md §4.8: every first `CnsCreateVolume` reply is lost while its task
+/// completes 3 s later. Before the fix, 12 of 12 vmdks ended with two CNS volumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_create_replies_make_no_second_volume() {
     let sim = Vcsim::start(
@@ -119,7 +119,8 @@ async fn lost_create_replies_make_no_second_volume() {
     );
 }
 
-/// Issue 12 (a), second form: the task polls fail with 503 for 5 s after each create.
+/// Case (a), second form, docs/design.md §4.8: the task polls fail with 503 for 5 s after
+/// each create.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_task_polls_make_no_second_volume() {
     let sim = Vcsim::start(
@@ -138,8 +139,9 @@ async fn failing_task_polls_make_no_second_volume() {
     assert_eq!(sim.stats().await.calls("CnsCreateVolume"), 6);
 }
 
-/// Issue 12 (c): a create task runs 90 s with a 60 s request timeout; the daemon is
-/// SIGKILLed 5 s into it. The successor must not create before the task ended.
+/// Case (c), docs/design.md §4.8, §4.10: a create task runs 90 s with a 60 s request
+/// timeout; the daemon is SIGKILLed 5 s into it. The successor must not create before the
+/// task ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn successor_waits_for_a_create_outliving_its_daemon() {
     let sim = Vcsim::start(
@@ -181,8 +183,9 @@ async fn successor_waits_for_a_create_outliving_its_daemon() {
     one_volume_each(&sim, &ids).await;
 }
 
-/// Issue 12 (d): an object squats the name of path P but tracks path Q (crafted: the name
-/// hash cannot collide for real). Neither path gets the other's ID; a NameCollision Event.
+/// Case (d), docs/design.md §2.6: an object squats the name of path P but tracks path Q
+/// (crafted: the name hash cannot collide for real). Neither path gets the other's ID; a
+/// NameCollision Event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn name_collision_never_publishes_another_paths_id() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
@@ -253,10 +256,10 @@ async fn name_collision_never_publishes_another_paths_id() {
     );
 }
 
-/// Issue 12 (b): the leader is SIGSTOPped between its write-ahead and its create (its
-/// write-ahead's reply is held, then the process stops), past its Lease; the other replica
-/// registers; then the old leader wakes up. Before the fix it created a second volume and
-/// overwrote the published ID. Every status the API server stored is checked.
+/// Case (b), docs/design.md §4.9: the leader is SIGSTOPped between its write-ahead and its
+/// create (its write-ahead's reply is held, then the process stops), past its Lease; the
+/// other replica registers; then the old leader wakes up. Before the fix it created a second
+/// volume and overwrote the published ID. Every status the API server stored is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_never_creates_nor_overwrites() {
     use futures::StreamExt;

@@ -1,5 +1,6 @@
-//! End-to-end tests of `volmig run` (issue 4): the real binary against the Kubernetes API
-//! test server (or `VOLMIG_E2E_KUBECONFIG`) and the govmomi vCenter simulator.
+//! End-to-end tests of `volmig run` (docs/design.md §3.1): the real binary against the
+//! Kubernetes API test server (or `VOLMIG_E2E_KUBECONFIG`) and the govmomi vCenter
+//! simulator.
 
 #![allow(
     clippy::expect_used,
@@ -451,10 +452,10 @@ async fn sigterm_during_registration_keeps_every_id() {
     );
 }
 
-/// Issue 14 goal 2: at most four API writes per new PV, Events counted (the VolumeMigration
-/// create, the write-ahead carrying the PV list, the ID, one Event on the PV), counted at
-/// the API test server by resource (the Lease's renewals and the test's own PV creates
-/// are not volmig's per-PV work).
+/// docs/design.md §4.4: at most four API writes per new PV, Events counted (the
+/// VolumeMigration create, the write-ahead carrying the PV list, the ID, one Event on the
+/// PV), counted at the API test server by resource (the Lease's renewals and the test's own
+/// PV creates are not volmig's per-PV work).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_four_api_writes_per_new_pv() {
     const N: usize = 8;

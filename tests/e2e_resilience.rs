@@ -1,6 +1,6 @@
-//! End-to-end tests of survival and repair (issue 5): crashes, replica hand-over, lost and
-//! duplicated registrations, deletion, and API faults. Real `volmig` binary, the API test
-//! server and the govmomi simulator.
+//! End-to-end tests of survival and repair (docs/design.md §3.3, §4, §5, §6): crashes,
+//! replica hand-over, lost and duplicated registrations, deletion, and API faults. Real
+//! `volmig` binary, the API test server and the govmomi simulator.
 
 #![allow(
     clippy::expect_used,

@@ -1,6 +1,6 @@
-//! The Helm chart, the container image definition and the operations docs (issue 6),
-//! checked with the real helm 4 binary (`make helm`), the real `volmig` command line and,
-//! where a cluster is needed, the real kubectl against the Kubernetes API test server.
+//! The Helm chart, the container image definition and the operations docs (docs/operations.md),
+//! checked with the real helm 4 binary (`make helm`), the real `volmig` command line and, where a
+//! cluster is needed, the real kubectl against the Kubernetes API test server.
 //!
 //! This file holds the rendering tests; the modules beside it in `helm_chart/` hold the
 //! flag coverage, values validation, RBAC, image, docs and API-server tests.
@@ -9,6 +9,8 @@
 mod cluster;
 #[path = "helm_chart/docs.rs"]
 mod docs;
+#[path = "helm_chart/driver_crd.rs"]
+mod driver_crd;
 #[path = "helm_chart/flags.rs"]
 mod flags;
 #[path = "support/helm.rs"]
@@ -125,8 +127,10 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "ClusterRoleBinding/volmig",
             "Deployment/volmig",
             "PodDisruptionBudget/volmig",
+            "Role/volmig-driver-syncer",
             "Role/volmig-events",
             "Role/volmig-leader-election",
+            "RoleBinding/volmig-driver-syncer",
             "RoleBinding/volmig-events",
             "RoleBinding/volmig-leader-election",
             "Service/volmig-metrics",
@@ -160,6 +164,8 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--vc-request-timeout=60s",
             "--vc-task-timeout=10m",
             "--publish-driver-cache=auto",
+            "--driver-namespace=vmware-system-csi",
+            "--driver-syncer-lease=vsphere-syncer",
             "--on-pv-delete=unregister",
             "--leader-election=true",
             "--lease-namespace=volmig",
@@ -167,6 +173,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--lease-duration=15s",
             "--lease-holder-id=$(POD_NAME)",
             "--http-addr=0.0.0.0:8080",
+            "--probe-addr=0.0.0.0:8081",
             "--log-format=text",
             "--kube-request-timeout=70s",
         ],

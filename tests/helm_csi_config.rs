@@ -1,4 +1,4 @@
-//! The chart's `vcenter.csiConfig` values (issue 13 item 5): the vSphere CSI driver's Secret
+//! The chart's `vcenter.csiConfig` values (docs/design.md §8.5): the vSphere CSI driver's Secret
 //! mounted as it is and passed with `--csi-config`, rendered by the real helm binary and
 //! read by the real `volmig` command line and configuration code.
 
@@ -90,7 +90,7 @@ fn the_drivers_secret_is_mounted_as_it_is_and_replaces_url_credentials_and_clust
     parsed.csi_config = Some(file.clone());
     let settings = volmig::vcenter_config::resolve_with(&parsed, false).unwrap();
     assert_eq!(settings.url.as_str(), "https://vc.example.com/sdk");
-    assert_eq!(settings.cluster_id, "prod");
+    assert_eq!(settings.cluster_id.map(|c| c.id).as_deref(), Some("prod"));
     assert_eq!(settings.datacenters, ["DC0"]);
     assert_eq!(settings.credentials, CredentialSource::CsiConfig(file));
     assert_eq!(

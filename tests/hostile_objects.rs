@@ -1,5 +1,5 @@
-//! Hostile Kubernetes objects (issue 15, item 3): what the real `volmig` binary does with
-//! objects a user or another tool got wrong, against the Kubernetes API test server (or
+//! Hostile Kubernetes objects: what the real `volmig` binary does with objects a user or
+//! another tool got wrong, against the Kubernetes API test server (or
 //! `VOLMIG_E2E_KUBECONFIG`) and the govmomi vCenter simulator. Each test is one row of the
 //! outcome table in docs/security.md.
 
@@ -74,9 +74,9 @@ async fn edit_volume_id(cluster: &Cluster, name: &str, id: &str) {
 }
 
 /// Row: a VolumeMigration created by hand for a path no PV uses → never registered; after
-/// two full syncs without a PV it is deleted like any unused object (DESIGN.md §5), and
-/// nothing reaches CNS. One created under a name that is not its path's → `NameCollision`,
-/// never registered, never deleted by volmig.
+/// two full syncs without a PV it is deleted like any unused object (docs/design.md §5.1,
+/// §5.3), and nothing reaches CNS. One created under a name that is not its path's →
+/// `NameCollision` (§2.6), never registered, never deleted by volmig.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_made_migration_for_an_unused_path_is_never_registered() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;

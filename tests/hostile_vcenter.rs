@@ -1,6 +1,6 @@
-//! A hostile vCenter (issue 15 item 2): the govmomi simulator harness answering with
-//! malformed, huge, absurdly nested, non-XML, redirecting, never-ending or unknown-fault
-//! responses, or with a weak or misnamed certificate. Every case must end in a typed
+//! A hostile vCenter (docs/security.md, "Hostile vCenter"): the govmomi simulator harness
+//! answering with malformed, huge, absurdly nested, non-XML, redirecting, never-ending or
+//! unknown-fault responses, or with a weak or misnamed certificate. Every case must end in a typed
 //! `BackendError` naming what happened and where, in bounded time and memory, without a
 //! panic, and never follow a redirect. One case runs through the real `volmig run`.
 

@@ -8,9 +8,9 @@
 //! first, so it pays for each path once (text, `Arc` and the interner's table slot), and
 //! the driver index is measured while the PV index still holds them, so it counts no path.
 //!
-//! A regression guard for issue 14 (memory per tracked volume): the bounds are generous
-//! (about 1.3 × what was measured when they were set); the resident-memory figures at
-//! 100,000 volumes come from `make bench` (bench/report.md), not from here.
+//! A regression guard for memory per tracked volume (docs/operations.md, "Sizing memory"): the
+//! bounds are generous (about 1.3 × what was measured when they were set); the resident-memory
+//! figures at 100,000 volumes come from `make bench` (bench/report.md), not from here.
 
 #![allow(clippy::expect_used, reason = "test code: a failure should panic")]
 

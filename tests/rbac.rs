@@ -1,13 +1,13 @@
-//! Every rule of the chart's RBAC is needed (issue 15): for each rule of the chart's
-//! ClusterRoles and Roles, the real `volmig` runs as the chart's ServiceAccount with that
-//! one rule removed, against the API test server (real RBAC, real 403 Status messages) and
-//! the vCenter simulator harness, over a small workload that uses every permission of the
-//! full identity (a Registered VolumeMigration with a known volume ID, a PV awaiting
-//! registration, the CSI driver's cache, Events, the Lease). Per rule the test shows that
-//! the missing rule is exercised (the server answered 403 for one of its verbs and
-//! resources), that volmig reports it clearly (its log names the forbidden verb and
-//! resource) without panicking or crashing, and that no volume ID is lost, changed or
-//! registered twice. A control run with the full identity converges with no 403 at all.
+//! Every rule of the chart's RBAC is needed (docs/security.md, "Least privilege"): for each rule of
+//! the chart's ClusterRoles and Roles, the real `volmig` runs as the chart's ServiceAccount with
+//! that one rule removed, against the API test server (real RBAC, real 403 Status messages) and the
+//! vCenter simulator harness, over a small workload that uses every permission of the full identity
+//! (a Registered VolumeMigration with a known volume ID, a PV awaiting registration, the CSI
+//! driver's cache, Events, the Lease). Per rule the test shows that the missing rule is exercised
+//! (the server answered 403 for one of its verbs and resources), that volmig reports it clearly
+//! (its log names the forbidden verb and resource) without panicking or crashing, and that no
+//! volume ID is lost, changed or registered twice. A control run with the full identity converges
+//! with no 403 at all.
 
 #![allow(
     clippy::expect_used,

@@ -1,8 +1,8 @@
-//! End-to-end tests of `volmig report` and `volmig lookup --pv` (issue 16): the real binary
-//! against the Kubernetes API test server (or `VOLMIG_E2E_KUBECONFIG`), over a mixed
-//! cluster written directly with the test client — Registered, Failed with each reason, an
-//! invalid path, a PV without VolumeMigration, NFS PVs, and the vSphere CSI driver's
-//! `CnsVSphereVolumeMigration` objects once its CRD is installed.
+//! End-to-end tests of `volmig report` and `volmig lookup --pv` (docs/design.md §3.2): the real
+//! binary against the Kubernetes API test server (or `VOLMIG_E2E_KUBECONFIG`), over a mixed cluster
+//! written directly with the test client — Registered, Failed with each reason, an invalid path, a
+//! PV without VolumeMigration, NFS PVs, and the vSphere CSI driver's `CnsVSphereVolumeMigration`
+//! objects once its CRD is installed.
 
 #![allow(
     clippy::expect_used,
@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -576,5 +579,162 @@ async fn report_exits_2_on_usage_and_connection_errors() {
     ] {
         let out = volmig(&kubeconfig, args).await;
         assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+    }
+}
+
+const DRIVER_NAMESPACE: &str = "vmware-system-csi";
+const SYNCER_LEASE: &str = "vsphere-syncer";
+const SYNCER_HOLDER: &str = "vsphere-csi-controller-abc";
+
+/// The line of the table that starts with `Registrar: `.
+fn registrar_line(table: &str) -> &str {
+    table
+        .lines()
+        .find(|l| l.starts_with("Registrar: "))
+        .unwrap_or_else(|| panic!("no Registrar line:\n{table}"))
+}
+
+/// Plays the CSI driver's syncer leading: its namespace and a Lease held by
+/// [`SYNCER_HOLDER`], renewed now, for 30 s.
+async fn create_syncer_lease(cluster: &Cluster) {
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": DRIVER_NAMESPACE}})).unwrap();
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create namespace {DRIVER_NAMESPACE}: {e}"),
+    }
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), DRIVER_NAMESPACE);
+    let now = MicroTime(jiff::Timestamp::now());
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": SYNCER_LEASE},
+        "spec": {
+            "holderIdentity": SYNCER_HOLDER,
+            "leaseDurationSeconds": 30,
+            "acquireTime": now,
+            "renewTime": now,
+        }
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_names_the_registrar_from_the_driver_syncer_lease() {
+    let cluster = Cluster::start().await;
+    let kc = cluster.kubeconfig.clone();
+    cluster.create_pv("pv-b", PATH_B).await;
+    create_migration(&cluster, PATH_B, registered("id-b")).await;
+
+    // --- no syncer Lease: volmig registers ---
+    let out = volmig(&kc, &["report"]).await;
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let line = registrar_line(&out.stdout);
+    assert!(line.starts_with("Registrar: own — "), "{line}");
+    assert!(
+        line.contains(&format!("{DRIVER_NAMESPACE}/{SYNCER_LEASE}")),
+        "{line}"
+    );
+    let (code, report) = report_json(&cluster, &[]).await;
+    assert_eq!(code, 0);
+    assert_eq!(report["registrar"]["mode"], "own", "{report:#}");
+    assert_eq!(report["registrar"]["holder"], Value::Null);
+
+    // --- the driver's syncer leads: volmig follows ---
+    create_syncer_lease(&cluster).await;
+    let writes = cluster.writes();
+    let out = volmig(&kc, &["report"]).await;
+    assert_eq!(
+        out.code, 0,
+        "the exit code is the PVs' only: {}",
+        out.stderr
+    );
+    let line = registrar_line(&out.stdout);
+    assert!(line.starts_with("Registrar: follow — "), "{line}");
+    assert!(line.contains(SYNCER_HOLDER), "{line}");
+    assert!(
+        line.contains(&format!("Lease {DRIVER_NAMESPACE}/{SYNCER_LEASE}")),
+        "{line}"
+    );
+    assert!(line.contains("30 s"), "{line}");
+    assert!(
+        out.stdout
+            .starts_with("PersistentVolumes: 1 in-tree vSphere, 0 other (ignored), 1 in all"),
+        "the registrar line comes after the summary:\n{}",
+        out.stdout
+    );
+    let (code, report) = report_json(&cluster, &[]).await;
+    assert_eq!(code, 0);
+    let registrar = &report["registrar"];
+    assert_eq!(registrar["mode"], "follow", "{report:#}");
+    assert_eq!(registrar["holder"], SYNCER_HOLDER);
+    assert_eq!(registrar["leaseDurationSeconds"], 30);
+    assert!(registrar["renewTime"].as_str().is_some(), "{registrar:#}");
+    assert!(
+        registrar["why"].as_str().unwrap().contains(SYNCER_HOLDER),
+        "{registrar:#}"
+    );
+    // CSV stays rows only
+    let out = volmig(&kc, &["report", "-o", "csv"]).await;
+    assert_eq!(out.code, 0);
+    assert!(!out.stdout.contains("Registrar") && !out.stdout.contains(SYNCER_HOLDER));
+    assert_eq!(parse_csv(&out.stdout).len(), 2);
+    assert_eq!(cluster.writes(), writes, "reading the Lease writes nothing");
+
+    // --- the flags (and their environment variables) name another Lease: none there ---
+    let out = volmig(&kc, &["report", "--driver-syncer-lease", "no-such-lease"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = registrar_line(&out.stdout);
+    assert!(line.starts_with("Registrar: own — "), "{line}");
+    assert!(line.contains("vmware-system-csi/no-such-lease"), "{line}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_volmig"))
+        .args(["report", "-o", "json"])
+        .env_remove("VOLMIG_KUBECONFIG")
+        .env("KUBECONFIG", &kc)
+        .env("VOLMIG_DRIVER_NAMESPACE", "no-such-namespace")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["registrar"]["mode"], "own", "{report:#}");
+    assert!(
+        report["registrar"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-namespace/vsphere-syncer"),
+        "{report:#}"
+    );
+
+    // --- a Lease that stopped being renewed: volmig registers ---
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), DRIVER_NAMESPACE);
+    let an_hour_ago = MicroTime(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1));
+    leases
+        .patch(
+            SYNCER_LEASE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewTime": an_hour_ago}})),
+        )
+        .await
+        .unwrap();
+    let out = volmig(&kc, &["report"]).await;
+    assert_eq!(out.code, 0);
+    let line = registrar_line(&out.stdout);
+    assert!(line.starts_with("Registrar: own — "), "{line}");
+    assert!(line.contains("expired at"), "{line}");
+
+    // --- an identity that may not read that Lease: said, not a failure ---
+    if cluster.daemon_kubeconfig != cluster.kubeconfig {
+        // the chart's Role reads the one Lease `vsphere-syncer` by name
+        let out = volmig(
+            &cluster.daemon_kubeconfig,
+            &["report", "--driver-syncer-lease", "another-lease"],
+        )
+        .await;
+        assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+        let line = registrar_line(&out.stdout);
+        assert!(line.starts_with("Registrar: unknown — "), "{line}");
+        assert!(line.contains("403"), "{line}");
     }
 }

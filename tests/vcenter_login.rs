@@ -1,4 +1,4 @@
-//! How `volmig run` logs in to vCenter (issue 12 item 7, issue 13 item 5), end to end: the
+//! How `volmig run` logs in to vCenter (docs/design.md §4.11, §8.5), end to end: the
 //! real binary, the govmomi simulator harness (which counts SOAP calls per User-Agent) and
 //! the Kubernetes API test server.
 //!
@@ -7,6 +7,8 @@
 //!   `InvalidLogin`, naming the vCenter and the user, never the password.
 //! - A password rotated in vCenter and in the mounted `csi-vsphere.conf` together, with the
 //!   sessions expired, needs no restart: registration continues, and no login is refused.
+//! - A user and password inside `--vc-url` (or `VOLMIG_VC_URL`) are refused at once, and
+//!   neither is printed.
 
 #![allow(
     clippy::expect_used,
@@ -28,7 +30,7 @@ use tokio::process::{Child, Command};
 use vcsim::{SimStats, Vcsim, VcsimOptions};
 use volmig::api::Phase;
 
-/// `volmig run` with exactly `flags` (plus kubeconfig, HTTP address and holder ID).
+/// `volmig run` with exactly `flags` (plus kubeconfig, HTTP addresses and holder ID).
 struct Volmig {
     child: Child,
     log: PathBuf,
@@ -43,6 +45,7 @@ impl Volmig {
             "run".to_owned(),
             format!("--kubeconfig={}", cluster.daemon_kubeconfig.display()),
             format!("--http-addr=127.0.0.1:{}", free_port()),
+            format!("--probe-addr=127.0.0.1:{}", free_port()),
             format!("--lease-holder-id={name}"),
             "--full-sync-interval=2s".to_owned(),
         ];
@@ -271,4 +274,69 @@ async fn a_rotated_password_in_the_csi_config_needs_no_restart() {
     assert_eq!(sim.volumes().await.len(), 12, "one CNS volume per vmdk");
     let log = volmig.log_text();
     assert!(!log.contains("r0tated"), "the password is in the log");
+}
+
+/// `volmig run` with a user and password inside `--vc-url` (the flag, then
+/// `VOLMIG_VC_URL`): refused at once with a message that says where credentials go, and
+/// neither the password nor the user appears in anything it prints. The cluster and
+/// the credentials in the environment are there so that a volmig that took the URL
+/// would go on to start (and log its vCenter configuration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_vc_url_are_refused_and_never_printed() {
+    const SECRET: &str = "S3cretPw";
+    let cluster = Cluster::start().await;
+    let url = format!("https://admin:{SECRET}@127.0.0.1:1/sdk");
+    for (name, from_env) in [("url-flag", false), ("url-env", true)] {
+        let stdout = cluster.path(&format!("{name}.out"));
+        let stderr = cluster.path(&format!("{name}.err"));
+        let mut args = vec![
+            "run".to_owned(),
+            format!("--kubeconfig={}", cluster.daemon_kubeconfig.display()),
+            format!("--http-addr=127.0.0.1:{}", free_port()),
+            format!("--probe-addr=127.0.0.1:{}", free_port()),
+            format!("--lease-holder-id={name}"),
+            "--cluster-id=url-e2e".to_owned(),
+        ];
+        let mut command = Command::new(e2e::volmig_bin());
+        if from_env {
+            command.env("VOLMIG_VC_URL", &url);
+        } else {
+            args.push(format!("--vc-url={url}"));
+            command.env_remove("VOLMIG_VC_URL");
+        }
+        let mut child = command
+            .args(e2e::compat_args(args))
+            .env("VOLMIG_LOG", "debug")
+            .env("VOLMIG_VC_USERNAME", "env-user")
+            .env("VOLMIG_VC_PASSWORD", "env-password")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn volmig");
+        let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+        let _ = child.kill().await;
+        let out = std::fs::read_to_string(&stdout).unwrap_or_default();
+        let err = std::fs::read_to_string(&stderr).unwrap_or_default();
+        for text in [&out, &err] {
+            assert!(
+                !text.contains(SECRET),
+                "{name}: the password is printed:\n{text}"
+            );
+            assert!(
+                !text.contains("admin"),
+                "{name}: the user is printed:\n{text}"
+            );
+        }
+        let status = status
+            .unwrap_or_else(|_| panic!("{name}: still running after 15 s:\n{err}"))
+            .expect("wait");
+        assert!(!status.success(), "{name}: exit {status}:\n{err}");
+        assert!(
+            err.contains("--vc-url must not contain credentials (user:password@)")
+                && err.contains("--vc-credentials-file or VOLMIG_VC_USERNAME/VOLMIG_VC_PASSWORD"),
+            "{name}: {err}"
+        );
+    }
 }

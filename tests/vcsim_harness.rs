@@ -56,6 +56,9 @@ async fn start_line_describes_the_inventory_and_creates_the_vmdks() {
 
 #[tokio::test]
 async fn same_vmdk_registered_twice_gives_two_volumes_and_delete_removes_one() {
+    // The default release (6.5) predates `CnsAlreadyRegisteredFault`: every create makes a
+    // volume. From 7.0.3 a second create after the first refuses instead (see
+    // `from_703_a_registered_disk_is_refused_again_unless_creates_overlap`).
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
     let soap = sim.soap().await;
     let path = sim.vmdk_path("kubevols", 1);
@@ -414,6 +417,100 @@ async fn already_registered_fault_carries_the_existing_id() {
         "{err}"
     );
     assert_eq!(sim.volumes().await.len(), 1);
+}
+
+/// CNS answers `CnsAlreadyRegisteredFault` (the fault exists since vSphere 7.0 Update 1:
+/// the `7.0.3` and `8.0.3` releases) for a disk that is a CNS volume already, named by URL or
+/// by its FCD ID (= the volume ID), carrying that volume's ID. Only creates in flight at
+/// once both register: the duplicates volmig exists for.
+#[tokio::test]
+async fn from_703_a_registered_disk_is_refused_again_unless_creates_overlap() {
+    let opts = VcsimOptions::default()
+        .vmdks(1)
+        .vcenter_version("7.0.3")
+        .delay("CnsCreateVolume", 300);
+    let sim = Vcsim::start(opts).await;
+    let soap = sim.soap().await;
+    let dc = dc_path(&sim);
+    let file = "kubevols/disk-0001.vmdk";
+    let (a, b) = tokio::join!(
+        soap.try_create_volume("a", &dc, "LocalDS_0", file, CLUSTER),
+        soap.try_create_volume("b", &dc, "LocalDS_0", file, CLUSTER)
+    );
+    let (a, b) = (a.expect("first"), b.expect("overlapping"));
+    assert_ne!(a, b, "overlapping creates both register");
+    let oldest = sim.volumes().await[0].id.clone();
+
+    let err = soap
+        .try_create_volume("c", &dc, "LocalDS_0", file, CLUSTER)
+        .await
+        .expect_err("by URL: registered already");
+    assert!(err.contains("CnsAlreadyRegisteredFault"), "{err}");
+    assert!(xml_texts(&err, "id").contains(&oldest), "{err}");
+    for id in [&a, &b] {
+        let task = soap
+            .start_create_volume_by_disk_id("d", id, CLUSTER)
+            .await
+            .expect("task");
+        let err = soap.volume_of_task(&task).await.expect_err("by ID");
+        assert!(err.contains("CnsAlreadyRegisteredFault"), "{err}");
+        assert!(xml_texts(&err, "id").contains(id), "carries {id}: {err}");
+    }
+    assert_eq!(sim.volumes().await.len(), 2);
+}
+
+/// From 8.0.3 the CSI driver protects an existing volume by registering it again by
+/// `backingDiskId` = its ID: CNS sets `keepAfterDeleteVm` and answers
+/// `CnsAlreadyRegisteredFault`. Below 8.0.3 the same call sets nothing.
+#[tokio::test]
+async fn on_803_registering_a_volume_again_by_its_id_sets_keep_after_delete_vm() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1).vcenter_version("7.0.3")).await;
+    let soap = sim.soap().await;
+    let id = register(&sim, &soap, "pvc-driver", "kubevols/disk-0001.vmdk").await;
+    let keeps = || async { sim.volumes().await[0].keep_after_delete_vm };
+    assert!(!keeps().await, "7.0.3 registration leaves the flag unset");
+    for (release, kept) in [("7.0.3", false), ("8.0.3", true)] {
+        sim.set_vcenter_version(release).await;
+        let task = soap
+            .start_create_volume_by_disk_id("pvc-driver", &id, CLUSTER)
+            .await
+            .expect("task");
+        let err = soap.volume_of_task(&task).await.expect_err("registered");
+        assert!(err.contains("CnsAlreadyRegisteredFault"), "{err}");
+        assert!(xml_texts(&err, "id").contains(&id), "{err}");
+        assert_eq!(keeps().await, kept, "{release}");
+        let fcds = sim.vslm_objects().await;
+        assert!(
+            fcds.iter()
+                .any(|f| f.id == id && f.keep_after_delete_vm == kept),
+            "{release}: {fcds:?}"
+        );
+    }
+    assert_eq!(sim.volumes().await.len(), 1);
+}
+
+/// `vslmSetFlagsIgnored`: `VslmSetVStorageObjectControlFlags` answers success and sets
+/// nothing, so only reading the flag back tells.
+#[tokio::test]
+async fn vslm_flags_can_be_made_not_to_stick() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let soap = sim.soap().await;
+    let id = register(&sim, &soap, "v", "kubevols/disk-0001.vmdk").await;
+    let vslm = soap.session_via(SessionVia::Header);
+    for ignored in [true, false] {
+        let m = sim
+            .patch_modes(serde_json::json!({ "vslmSetFlagsIgnored": ignored }))
+            .await;
+        assert_eq!(m.vslm_set_flags_ignored, ignored);
+        let (status, text) = vslm
+            .vslm_set_control_flags(&id, &["keepAfterDeleteVm"])
+            .await;
+        assert_eq!(status, 200, "{text}");
+        let (_, text) = vslm.vslm_retrieve(&id).await;
+        let kept = (!ignored).to_string();
+        assert_eq!(xml_texts(&text, "keepAfterDeleteVm"), [kept], "{text}");
+        assert_eq!(sim.volumes().await[0].keep_after_delete_vm, !ignored);
+    }
 }
 
 #[tokio::test]
@@ -901,6 +998,8 @@ async fn register_disk_makes_an_fcd_that_cns_registers_by_backing_disk_id() {
         .start_create_volume_by_disk_id("by-id", &fcd, CLUSTER)
         .await
         .expect("task");
+    // Before `CnsAlreadyRegisteredFault` (the default release, 6.5), a second registration
+    // of the FCD is a second volume; from 7.0.3 it is refused.
     let second = soap.volume_of_task(&task).await.expect("registered again");
     assert_ne!(second, first, "a second registration is a second volume");
 
@@ -982,6 +1081,7 @@ async fn volmig_cns_backend_meets_slow_tasks_failing_polls_and_lost_replies() {
             path,
             cluster_id: CLUSTER.to_string(),
             storage_policy_name: None,
+            fence: volmig::backend::SendFence::none(),
         }
     };
 

@@ -86,6 +86,8 @@ impl Daemon {
             .arg(&credentials)
             .args(["--cluster-id", "bench-cluster"])
             .args(["--http-addr", &http])
+            // The kubelet's probes have no part in a benchmark: any free port.
+            .args(["--probe-addr", "127.0.0.1:0"])
             .args(["--lease-holder-id", name]);
         if let Some(ca) = ca {
             cmd.arg("--vc-ca-file").arg(ca);

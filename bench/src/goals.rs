@@ -1,10 +1,10 @@
-//! The goals of issues 7 and 14, checked against the results.
+//! The performance goals (docs/performance.md, "Goals"), checked against the results.
 
 use crate::results::{BareClient, Goal, Results, SteadyPass, Summary, Throughput};
 
 /// Ratio to the ideal C ÷ L that throughput must reach where the bare client reaches it.
 pub const THROUGHPUT_RATIO: f64 = 0.9;
-/// Ratio to the bare client that throughput must reach at every (C, L) (issue 14).
+/// Ratio to the bare client that throughput must reach at every (C, L).
 pub const BARE_RATIO: f64 = 0.9;
 /// Most API writes per new PV.
 pub const WRITES_PER_PV: f64 = 4.0;
@@ -125,14 +125,14 @@ fn ratio_runs(ratios: &Summary) -> String {
         .join(", ")
 }
 
-/// Issue 14: volmig against the bare client at every point — judged on the median of the
-/// per-run ratios volmig ÷ bare client (each run pairs the two back to back on identical
-/// simulator state), not on the ratio of the two medians, so that a drift of the machine
-/// that moves both does not move the verdict — and against C ÷ L wherever the bare client
-/// itself reaches 0.9 × C ÷ L. Issue 14 puts it so for every C: issue 7 asked 0.9 × C ÷ L at
-/// C = 8 before the bare client showed that the machine (the simulator's own calls beside
-/// the delayed create) may not allow it; [`check`] keeps issue 7's row at C = 8 where no
-/// bare client was measured.
+/// volmig against the bare client at every point — judged on the median of the per-run
+/// ratios volmig ÷ bare client (each run pairs the two back to back on identical simulator
+/// state), not on the ratio of the two medians, so that a drift of the machine that moves
+/// both does not move the verdict — and against C ÷ L wherever the bare client itself
+/// reaches 0.9 × C ÷ L. The goals put it so for every C: the first goals asked 0.9 × C ÷ L
+/// at C = 8 alone, before the bare client showed that the machine (the simulator's own calls
+/// beside the delayed create) may not allow it; [`check`] keeps that C = 8 row against
+/// C ÷ L where no bare client was measured.
 fn bare_goals(t: &Throughput, out: &mut Vec<Goal>) {
     let (Some(bare), Some(ratios)) = (&t.bare, &t.ratio_to_bare) else {
         return;
@@ -326,7 +326,7 @@ mod tests {
         bare_goals(&point(32, 50, &[360.0], &[400.0]), &mut out);
         assert_eq!(out.len(), 1, "{out:?}");
         assert!(out[0].met, "{out:?}");
-        // C = 8 the same way (issue 14): here the bare client reaches 0.97 × ideal.
+        // C = 8 the same way: here the bare client reaches 0.97 × ideal.
         let mut out = Vec::new();
         bare_goals(&point(8, 50, &[150.0], &[155.0]), &mut out);
         assert_eq!(out.len(), 2, "{out:?}");
@@ -409,7 +409,7 @@ mod tests {
         };
         let about_c_over_l =
             |goals: &[Goal]| goals.iter().filter(|g| g.goal.contains("C ÷ L")).count();
-        // No bare client measured: issue 7's row stays (here missed, 0.75 × ideal).
+        // No bare client measured: the C = 8 row against C ÷ L stays (here missed, 0.75 × ideal).
         let mut alone = point(8, 50, &[120.0], &[125.0]);
         alone.bare = None;
         alone.ratio_to_bare = None;

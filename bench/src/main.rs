@@ -25,7 +25,7 @@ use crate::results::{ApiCost, Results};
 use crate::scale::{Scale, ScaleName};
 use crate::scenarios::{Env, progress};
 
-/// Benchmarks of volmig (issues 7 and 14).
+/// Benchmarks of volmig against its performance goals (docs/performance.md, "Goals").
 #[derive(Debug, Parser)]
 #[command(name = "volmig-bench")]
 struct Args {
@@ -150,7 +150,7 @@ fn notes(scale: &Scale, font: Option<&str>) -> Vec<String> {
          8.0.3) would cap registration at 12.5 volumes/s, below the C ÷ L ideal for C ≥ 8 \
          (see \"Sizing the vCenter request rate\")."
             .to_string(),
-        "The bare client (issue 14) runs in the benchmark process, paired with each of \
+        "The bare client runs in the benchmark process, paired with each of \
          volmig's throughput runs back to back (volmig first in even runs, the bare client \
          first in odd ones), each on a fresh simulator started the same way: C workers over \
          volmig's own CNS backend (`volmig::backend::cns`, metered), each backend call \
@@ -333,7 +333,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !beyond.is_empty() {
         results.notes.push(format!(
             "Not judged against C ÷ L, because the bare client (the machine's limit) does not \
-             reach 0.9 × C ÷ L there either (issue 14): {}.",
+             reach 0.9 × C ÷ L there either: {}.",
             beyond.join("; ")
         ));
     }

@@ -255,7 +255,7 @@ pub struct Tracked {
     pub api_writes_by_request: BTreeMap<String, f64>,
 }
 
-/// One goal of issue 7 and whether it was met.
+/// One performance goal (docs/performance.md, "Goals") and whether it was met.
 #[derive(Debug, Clone, Serialize)]
 pub struct Goal {
     /// What is measured.

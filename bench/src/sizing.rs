@@ -1,6 +1,7 @@
-//! What `--vc-requests-per-second` and `--max-concurrent-registrations` mean for the
-//! length of a migration (issue 14, goal 6): a model from the calls one registration
-//! makes, not a measurement.
+//! What `--vc-requests-per-second` and `--max-concurrent-registrations` mean for the length of a
+//! migration (docs/operations.md, "Sizing `--vc-requests-per-second` and
+//! `--max-concurrent-registrations`"): a model from the calls one registration makes, not a
+//! measurement.
 
 use std::fmt::Write as _;
 

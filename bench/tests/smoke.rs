@@ -206,10 +206,10 @@ fn smoke_run_writes_results_report_and_charts() {
     }
 }
 
-/// Each scenario alone (`--only`) finishes and writes its own part of the results, with
-/// no chart drawn from another scenario's missing data (issue 14: `--only tracked` once
-/// spun forever in the throughput chart's empty log axis). Not a speed check: the limit
-/// only turns a hang into a failure instead of a stuck test run.
+/// Each scenario alone (`--only`) finishes and writes its own part of the results, with no chart
+/// drawn from another scenario's missing data (`--only tracked` once spun forever in the throughput
+/// chart's empty log axis). Not a speed check: the limit only turns a hang into a failure instead
+/// of a stuck test run.
 #[test]
 fn each_scenario_alone_finishes_and_writes_only_its_part() {
     const HANG: Duration = Duration::from_secs(300);

@@ -28,6 +28,10 @@ pub enum Fault {
     /// Create only: the caller sees a transient timeout at once, and the volume appears
     /// only this long afterwards (a vCenter task that outlived its caller).
     LateCreate(Duration),
+    /// Create only: vCenter runs the create and the volume appears this long afterwards,
+    /// but following its task fails with this class (a poll answered `NotAuthenticated`,
+    /// a re-login refused): the caller's error comes after the request was sent.
+    LostTask(ErrorClass, Duration),
 }
 
 #[derive(Default)]
@@ -48,6 +52,10 @@ struct State {
     protected: HashSet<VolumeId>,
     /// Registration sets `keepAfterDeleteVm` (vCenter 8.0.3 and later).
     registration_protects: bool,
+    /// Setting `keepAfterDeleteVm` answers success and sets nothing.
+    flags_ignored: bool,
+    /// Volumes whose own create set the flag (8.0.3+), until protecting them answers.
+    fresh: HashSet<VolumeId>,
     /// Queries leave `created` out (as CNS does); only `creation_time` tells.
     hide_created: bool,
 }
@@ -71,10 +79,12 @@ impl State {
             name: request.name.clone(),
             backing_path: Some(request.path.clone()),
             created: jiff::Timestamp::from_second(1_700_000_000 + self.clock).ok(),
+            cluster_ids: vec![request.cluster_id.clone()],
         };
         self.volumes.insert(id.clone(), volume);
         if self.registration_protects {
             self.protected.insert(id.clone());
+            self.fresh.insert(id.clone());
         }
         let live = self
             .volumes
@@ -203,16 +213,31 @@ impl InMemoryBackend {
         }
     }
 
+    /// Makes CNS report `id` without a backing path (as for a volume whose disk it does
+    /// not name).
+    pub fn clear_backing_path(&self, id: &VolumeId) {
+        if let Some(v) = self.lock().volumes.get_mut(id) {
+            v.backing_path = None;
+        }
+    }
+
     /// Removes a registration behind the registrar's back (vCenter "forgets").
     pub fn forget_volume(&self, id: &VolumeId) {
         self.lock().volumes.remove(id);
     }
 
-    /// Behave like vCenter 8.0.3 and later (`true`: registration sets `keepAfterDeleteVm`,
-    /// [`VolumeBackend::protect_from_vm_delete`] does nothing) or like older ones (`false`,
-    /// the default).
+    /// Behave like vCenter 8.0.3 and later (`true`: a registration sets `keepAfterDeleteVm`,
+    /// and [`VolumeBackend::protect_from_vm_delete`] registers the volume again, which sets
+    /// it) or like older ones (`false`, the default: it sets the flag and reads it back).
+    /// Either way, volumes created before keep the flag they had.
     pub fn set_registration_protects(&self, protects: bool) {
         self.lock().registration_protects = protects;
+    }
+
+    /// Below 8.0.3: setting `keepAfterDeleteVm` answers success but sets nothing (a flag
+    /// that does not stick), so only reading it back tells.
+    pub fn set_flags_ignored(&self, ignored: bool) {
+        self.lock().flags_ignored = ignored;
     }
 
     /// Whether queries report each volume's creation time (`true`, the default) or leave
@@ -313,6 +338,12 @@ impl VolumeBackend for InMemoryBackend {
         if let Some(Fault::Fail(class)) = fault {
             return Err(injected(class, op::CREATE));
         }
+        // The latency stands for the preparation (policy, RegisterDisk): the request is
+        // sent only now.
+        request
+            .fence
+            .check()
+            .map_err(|why| BackendError::called_off(op::CREATE, why))?;
         let id = {
             let mut s = self.lock();
             if !s.disks.contains_key(&request.path) {
@@ -332,6 +363,11 @@ impl VolumeBackend for InMemoryBackend {
                     "TaskTimeout",
                     "the create task did not finish in time; it may still complete",
                 ));
+            }
+            if let Some(Fault::LostTask(class, after)) = fault {
+                s.late
+                    .push((tokio::time::Instant::now() + after, request.clone()));
+                return Err(injected(class, op::CREATE).after_send());
             }
             s.register(request)
         };
@@ -353,6 +389,7 @@ impl VolumeBackend for InMemoryBackend {
         }
         let mut s = self.lock();
         s.protected.remove(id);
+        s.fresh.remove(id);
         match s.volumes.remove(id) {
             Some(_) => Ok(()),
             None => Err(BackendError::new(
@@ -392,11 +429,19 @@ impl VolumeBackend for InMemoryBackend {
         if !s.volumes.contains_key(id) {
             return Err(unknown_volume(op::PROTECT, id));
         }
-        if s.registration_protects {
+        if s.fresh.remove(id) {
             return Ok(Protection::ByRegistration);
         }
-        s.protected.insert(id.clone());
-        Ok(Protection::FlagSet)
+        // From 8.0.3 a registration by ID sets the flag (CNS answers AlreadyRegistered);
+        // below, VSLM sets it unless told not to, and it is read back.
+        if s.registration_protects || !s.flags_ignored {
+            s.protected.insert(id.clone());
+        }
+        Ok(match (s.registration_protects, s.protected.contains(id)) {
+            (true, _) => Protection::ByReRegistration,
+            (false, true) => Protection::FlagSet,
+            (false, false) => Protection::NotKept,
+        })
     }
 
     async fn creation_time(&self, id: &VolumeId) -> Result<Option<jiff::Timestamp>> {
@@ -419,7 +464,7 @@ impl VolumeBackend for InMemoryBackend {
         if !s.volumes.contains_key(id) {
             return Err(unknown_volume(op::IS_PROTECTED, id));
         }
-        Ok(s.registration_protects || s.protected.contains(id))
+        Ok(s.protected.contains(id))
     }
 }
 

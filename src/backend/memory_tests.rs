@@ -8,6 +8,7 @@ async fn registered(mem: &InMemoryBackend, raw: &str) -> VolumeId {
         name: format!("volmig-{raw}"),
         cluster_id: "c".into(),
         storage_policy_name: None,
+        fence: crate::backend::SendFence::none(),
     })
     .await
     .expect("create")
@@ -64,4 +65,61 @@ async fn from_803_registration_protects_and_nothing_is_set() {
     assert_eq!(mem.calls(op::PROTECT), 1);
     mem.delete_volume(&id).await.unwrap();
     assert!(!mem.has_keep_flag(&id));
+}
+
+#[tokio::test]
+async fn volumes_name_the_cluster_of_their_registration() {
+    let mem = InMemoryBackend::new();
+    let path: VolumePath = "[ds] c.vmdk".parse().expect("valid test path");
+    mem.add_disk(&path);
+    let id = mem
+        .create_volume(&CreateVolumeRequest {
+            path: path.clone(),
+            name: path.cns_volume_name(),
+            cluster_id: "cluster-b".into(),
+            storage_policy_name: None,
+            fence: crate::backend::SendFence::none(),
+        })
+        .await
+        .expect("create");
+    let listed = mem.list_volumes(None).await.expect("list").volumes;
+    let found = mem
+        .find_volumes(&path.cns_volume_name(), &path)
+        .await
+        .expect("find");
+    for volumes in [listed, found, mem.volumes()] {
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0].id, id);
+        assert_eq!(volumes[0].cluster_ids, ["cluster-b"]);
+    }
+}
+
+#[tokio::test]
+async fn from_803_a_volume_registered_earlier_is_protected_by_registering_it_again() {
+    let mem = InMemoryBackend::new();
+    // Registered (by the CSI driver) while vCenter was below 8.0.3: no flag.
+    let id = registered(&mem, "[ds] d.vmdk").await;
+    mem.set_registration_protects(true);
+    assert!(!mem.is_protected(&id).await.unwrap(), "read, not assumed");
+    let protection = mem.protect_from_vm_delete(&id).await.unwrap();
+    assert_eq!(protection, Protection::ByReRegistration);
+    assert!(mem.has_keep_flag(&id), "the re-registration set the flag");
+    assert!(mem.is_protected(&id).await.unwrap());
+}
+
+#[tokio::test]
+async fn before_803_a_flag_that_does_not_stick_is_not_protection() {
+    let mem = InMemoryBackend::new();
+    let id = registered(&mem, "[ds] e.vmdk").await;
+    mem.set_flags_ignored(true);
+    let protection = mem.protect_from_vm_delete(&id).await.unwrap();
+    assert_eq!(protection, Protection::NotKept);
+    assert!(!protection.is_protected());
+    assert!(!mem.has_keep_flag(&id));
+    mem.set_flags_ignored(false);
+    assert_eq!(
+        mem.protect_from_vm_delete(&id).await.unwrap(),
+        Protection::FlagSet
+    );
+    assert!(mem.has_keep_flag(&id));
 }

@@ -116,6 +116,7 @@ mod tests {
             name: "volmig-test".into(),
             cluster_id: "cluster".into(),
             storage_policy_name: None,
+            fence: crate::backend::SendFence::none(),
         }
     }
 

@@ -43,6 +43,10 @@ pub struct CnsVolume {
     pub backing_path: Option<VolumePath>,
     /// When CNS created the volume, if it says; used to keep the oldest of duplicates.
     pub created: Option<jiff::Timestamp>,
+    /// The container clusters its metadata names (`containerCluster.clusterId` and every
+    /// `containerClusterArray` entry), without repeats; empty when CNS reports none. Only
+    /// a volume of this cluster alone can be its orphan (docs/design.md §6.4).
+    pub cluster_ids: Vec<String>,
 }
 
 /// Everything needed to register one vmdk as a CNS volume.
@@ -56,7 +60,54 @@ pub struct CreateVolumeRequest {
     pub cluster_id: String,
     /// Optional storage policy name from the VolumeMigration spec.
     pub storage_policy_name: Option<String>,
+    /// Asked immediately before the create request is written, after every preparation
+    /// (policy resolution, `RegisterDisk`): an `Err` calls the create off unsent
+    /// (docs/design.md §4.9).
+    pub fence: SendFence,
 }
+
+/// The fault name of a create its [`SendFence`] called off unsent.
+pub const CREATE_CALLED_OFF: &str = "CreateCalledOff";
+
+/// The last check before a create is sent: whether this replica may still send it.
+#[derive(Clone, Default)]
+pub struct SendFence(Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+
+impl SendFence {
+    /// No check: the create is always sent.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Checks `check` right before sending.
+    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
+        Self(Some(std::sync::Arc::new(check)))
+    }
+
+    /// `Ok` when the create may be sent now; else why not.
+    pub fn check(&self) -> Result<(), String> {
+        self.0.as_ref().map_or(Ok(()), |check| check())
+    }
+}
+
+impl fmt::Debug for SendFence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "SendFence(set)"
+        } else {
+            "SendFence(none)"
+        })
+    }
+}
+
+/// Fences compare equal: a request is the same request whoever fences it.
+impl PartialEq for SendFence {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SendFence {}
 
 /// One page of [`VolumeBackend::list_volumes`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -100,6 +151,10 @@ pub struct BackendError {
     pub fault: String,
     /// Human-readable detail (never credentials).
     pub message: String,
+    /// True when the call's request had been sent and vCenter may still carry it out (a
+    /// create whose task could not be followed to its end): whatever the class, the
+    /// outcome is unknown (docs/design.md §4.8).
+    pub outcome_unknown: bool,
 }
 
 impl BackendError {
@@ -115,7 +170,32 @@ impl BackendError {
             operation,
             fault: fault.into(),
             message: message.into(),
+            outcome_unknown: false,
         }
+    }
+
+    /// The create was called off by its [`SendFence`] before its request was written:
+    /// nothing was sent.
+    pub fn called_off(operation: &'static str, why: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Permanent, operation, CREATE_CALLED_OFF, why)
+    }
+
+    /// True for [`Self::called_off`] errors.
+    pub fn is_called_off(&self) -> bool {
+        self.fault == CREATE_CALLED_OFF && !self.outcome_unknown
+    }
+
+    /// The same error, marked as coming after the request was sent (its outcome unknown).
+    #[must_use]
+    pub fn after_send(mut self) -> Self {
+        self.outcome_unknown = true;
+        self
+    }
+
+    /// True when the call may still take effect in vCenter: a transient failure (timeout,
+    /// lost reply) or any error after the request was sent.
+    pub fn may_still_complete(&self) -> bool {
+        self.outcome_unknown || self.class == ErrorClass::Transient
     }
 }
 
@@ -137,7 +217,8 @@ pub mod op {
     pub const DELETE: &str = "CnsDeleteVolume";
     /// [`super::VolumeBackend::list_volumes`].
     pub const LIST: &str = "CnsQueryAllVolume";
-    /// [`super::VolumeBackend::protect_from_vm_delete`].
+    /// [`super::VolumeBackend::protect_from_vm_delete`] (named after its call below
+    /// vCenter 8.0.3; from 8.0.3 it is a `CnsCreateVolume` by the volume's ID).
     pub const PROTECT: &str = "VslmSetVStorageObjectControlFlags";
     /// [`super::VolumeBackend::is_protected`].
     pub const IS_PROTECTED: &str = "VslmRetrieveVStorageObject";
@@ -147,20 +228,30 @@ pub mod op {
     pub const REGISTER_DISK: &str = "RegisterDisk";
 }
 
-/// How a volume is kept when a VM it is attached to is deleted (the FCD's
-/// `keepAfterDeleteVm` control flag).
+/// What [`VolumeBackend::protect_from_vm_delete`] achieved for the FCD's
+/// `keepAfterDeleteVm` control flag (the disk is kept when a VM it is attached to is
+/// deleted). Only the first three are protection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protection {
-    /// volmig set the flag (vCenter below 8.0.3).
+    /// volmig set the flag through VSLM and read it back set (vCenter below 8.0.3).
     FlagSet,
-    /// The vCenter sets the flag on registration itself (8.0.3 and later); nothing to do.
+    /// volmig's own registration of the volume, just made, set the flag (8.0.3 and later).
     ByRegistration,
+    /// volmig registered the existing volume again by its ID, as the CSI driver protects
+    /// one from 8.0.3 on; CNS set the flag (it answers success or `AlreadyRegistered`).
+    ByReRegistration,
+    /// volmig set the flag, but reading it back finds it unset: not protected.
+    NotKept,
 }
 
 impl Protection {
-    /// True: both ways leave the volume protected (for `protectvolumefromvmdelete`).
+    /// True when volmig set or verified the flag (for `protectedFromVMDelete` and
+    /// `protectvolumefromvmdelete`).
     pub fn is_protected(self) -> bool {
-        matches!(self, Protection::FlagSet | Protection::ByRegistration)
+        matches!(
+            self,
+            Protection::FlagSet | Protection::ByRegistration | Protection::ByReRegistration
+        )
     }
 }
 
@@ -202,11 +293,13 @@ pub trait VolumeBackend: Send + Sync + 'static {
         Ok(all.into_iter().filter(|v| ids.contains(&v.id)).collect())
     }
 
-    /// Keeps the volume's disk when a VM it is attached to is deleted: sets the FCD's
-    /// `keepAfterDeleteVm` flag where the vCenter does not do that on registration (below
-    /// 8.0.3); otherwise does nothing and answers [`Protection::ByRegistration`].
-    /// Idempotent. A volume that does not exist is an error of class
-    /// [`ErrorClass::NotFound`]. Backends without the notion answer `Permanent`.
+    /// Keeps the volume's disk when a VM it is attached to is deleted (the FCD's
+    /// `keepAfterDeleteVm` flag), as the vSphere CSI driver does: below 8.0.3 sets the flag
+    /// through VSLM and reads it back; from 8.0.3 registers the volume again by its ID
+    /// (the volume this backend just created is protected by that create). Never answers a
+    /// protecting [`Protection`] without a call that set or read the flag. Idempotent. A
+    /// volume that does not exist is an error of class [`ErrorClass::NotFound`]. Backends
+    /// without the notion answer `Permanent`.
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         let _ = id;
         Err(not_supported(op::PROTECT))
@@ -220,9 +313,9 @@ pub trait VolumeBackend: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Whether the volume's disk already carries `keepAfterDeleteVm` (always true where
-    /// registration sets it). A volume that does not exist is an error of class
-    /// [`ErrorClass::NotFound`].
+    /// Whether the volume's disk carries `keepAfterDeleteVm`, as vCenter reports it now
+    /// (read, never assumed from the release). A volume that does not exist is an error of
+    /// class [`ErrorClass::NotFound`].
     async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
         let _ = id;
         Err(not_supported(op::IS_PROTECTED))

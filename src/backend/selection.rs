@@ -97,6 +97,7 @@ mod tests {
             name: path.cns_volume_name(),
             cluster_id: "c".into(),
             storage_policy_name: None,
+            fence: crate::backend::SendFence::none(),
         }
     }
 

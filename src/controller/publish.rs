@@ -1,7 +1,8 @@
 //! Publishing Registered mappings into the CSI driver's cache (`CnsVSphereVolumeMigration`
 //! objects, docs/design.md §8.1), so the driver never misses and never registers by itself.
 //! Compared against an in-memory index of the driver's objects: a mapping in sync costs
-//! no API call.
+//! no API call. The driver sees only Add and Delete events, so objects are added and
+//! deleted, never changed in place ([`plan_publish`]).
 
 use std::sync::Arc;
 
@@ -11,8 +12,8 @@ use tracing::{info, warn};
 use super::{Context, PvIndex};
 use crate::backend::VolumeId;
 use crate::k8s::driver_cache::{
-    CnsVSphereVolumeMigration, DriverChange, DriverIndex, apply_changes, desired_objects,
-    plan_changes,
+    CnsVSphereVolumeMigration, DriverChange, DriverIndex, PublishPlan, apply_changes, plan_publish,
+    plan_unpublish,
 };
 use crate::volume_path::VolumePath;
 
@@ -35,7 +36,11 @@ pub async fn publish(
     id: &VolumeId,
     protected: bool,
 ) -> kube::Result<usize> {
-    let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
+    let Some(driver) = ctx
+        .driver
+        .as_ref()
+        .filter(|d| d.publish && d.index.is_served())
+    else {
         return Ok(0);
     };
     if let Some(other) = foreign_disk(&driver.index, path, id) {
@@ -43,8 +48,13 @@ pub async fn publish(
             "not publishing: the CSI driver's cache maps this volume ID to another disk (a hand-edited or wrong status ID; full sync repairs it)");
         return Ok(0);
     }
-    let changes = publish_changes(&driver.index, &ctx.index, path, id, protected);
-    apply(driver, id, &changes).await
+    let plan = publish_plan(&driver.index, &ctx.index, path, id, protected);
+    for conflict in &plan.conflicts {
+        warn!(%path, volume_id = %id, spelling = %conflict.spelling, object = %conflict.name,
+            other_volume_id = %conflict.volume_id,
+            "not publishing this spelling: an object volmig leaves alone holds it (full sync decides the path's ID)");
+    }
+    apply(driver, id, &plan.changes).await
 }
 
 /// The other disk the driver's cache maps `id` to, if any. Publishing or unpublishing
@@ -58,8 +68,8 @@ pub fn foreign_disk(driver: &DriverIndex, path: &VolumePath, id: &VolumeId) -> O
         .find(|disk| disk != path)
 }
 
-/// What [`publish`] would change (pure over the two indexes): the driver's objects of
-/// `id` made to match the spellings of `path` by its PVs now.
+/// What [`publish`] would change (pure over the two indexes): the driver's cache made to
+/// map every spelling of `path` by its PVs now to `id`.
 pub fn publish_changes(
     driver: &DriverIndex,
     pvs: &PvIndex,
@@ -67,30 +77,56 @@ pub fn publish_changes(
     id: &VolumeId,
     protected: bool,
 ) -> Vec<DriverChange> {
+    publish_plan(driver, pvs, path, id, protected).changes
+}
+
+/// [`publish_changes`], with the spellings left alone ([`plan_publish`]).
+pub fn publish_plan(
+    driver: &DriverIndex,
+    pvs: &PvIndex,
+    path: &VolumePath,
+    id: &VolumeId,
+    protected: bool,
+) -> PublishPlan {
     let spellings = pvs.spellings_for(path);
     if spellings.is_empty() || foreign_disk(driver, path, id).is_some() {
         // No PV spells the path (now): the objects go only with the registration
         // (`unpublish`), never because a PV list was briefly empty — a removed object is
         // a cache miss, and on a miss the driver registers by itself.
+        return PublishPlan::default();
+    }
+    let existing = driver.objects_for(path, id);
+    plan_publish(
+        id,
+        &spellings,
+        protected,
+        &existing,
+        &driver.lost_among(&existing),
+    )
+}
+
+/// What [`unpublish`] would change (pure over the index): every object of `id` for `path`
+/// goes; another object carrying one of their raw paths is created again after.
+pub fn unpublish_changes(
+    driver: &DriverIndex,
+    path: &VolumePath,
+    id: &VolumeId,
+) -> Vec<DriverChange> {
+    if foreign_disk(driver, path, id).is_some() {
         return Vec::new();
     }
-    let desired = desired_objects(id, &spellings, protected);
-    let mut changes = plan_changes(id, &desired, &driver.objects_of(id));
-    // volmig's own objects that map this path to another ID (the mapping changed, e.g.
-    // the driver's ID won) would give the driver two answers for one path.
-    changes.extend(
-        driver
-            .stale_ours(path, id)
-            .into_iter()
-            .map(DriverChange::Delete),
-    );
-    changes
+    let existing = driver.objects_for(path, id);
+    plan_unpublish(id, &existing, &driver.lost_among(&existing))
 }
 
 /// Removes the driver's objects of `id` for `path` (the registration is gone). Objects
 /// that map `id` to another disk are that disk's and stay.
 pub async fn unpublish(ctx: &Context, path: &VolumePath, id: &VolumeId) -> kube::Result<usize> {
-    let Some(driver) = ctx.driver.as_ref().filter(|d| d.publish) else {
+    let Some(driver) = ctx
+        .driver
+        .as_ref()
+        .filter(|d| d.publish && d.index.is_served())
+    else {
         return Ok(0);
     };
     if let Some(other) = foreign_disk(&driver.index, path, id) {
@@ -98,21 +134,11 @@ pub async fn unpublish(ctx: &Context, path: &VolumePath, id: &VolumeId) -> kube:
             "not removing the CSI driver's objects of this volume ID: they map it to another disk");
         return Ok(0);
     }
-    sync(driver, id, &Default::default()).await
-}
-
-async fn sync(
-    driver: &DriverCache,
-    id: &VolumeId,
-    desired: &std::collections::BTreeMap<
-        String,
-        crate::k8s::driver_cache::CnsVSphereVolumeMigrationSpec,
-    >,
-) -> kube::Result<usize> {
-    let changes = plan_changes(id, desired, &driver.index.objects_of(id));
+    let changes = unpublish_changes(&driver.index, path, id);
     apply(driver, id, &changes).await
 }
 
+/// Executes `changes` (deletes first, then creates; the index records each as it lands).
 async fn apply(
     driver: &DriverCache,
     id: &VolumeId,
@@ -121,53 +147,11 @@ async fn apply(
     if changes.is_empty() {
         return Ok(0);
     }
-    apply_changes(&driver.api, changes).await?;
-    // The watch confirms later; recording now keeps a second look from writing again.
-    for change in changes {
-        match change {
-            DriverChange::Create(name, spec) => driver.index.record_written(name, spec, true),
-            DriverChange::Update(name, spec) => driver.index.record_written(name, spec, false),
-            DriverChange::Delete(name) => driver.index.remove(name),
-        }
-    }
-    info!(volume_id = %id, changes = changes.len(), "driver cache objects updated");
-    Ok(changes.len())
+    let done = apply_changes(&driver.api, &driver.index, changes).await?;
+    info!(volume_id = %id, changes = changes.len(), done, "driver cache objects updated");
+    Ok(done)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::k8s::driver_cache::CnsVSphereVolumeMigrationSpec;
-
-    #[test]
-    fn an_id_the_driver_maps_to_another_disk_is_neither_published_nor_removed() {
-        let (p, q) = (
-            VolumePath::parse("[ds] kubevols/p.vmdk").unwrap(),
-            VolumePath::parse("[ds] kubevols/q.vmdk").unwrap(),
-        );
-        let q_id = VolumeId::from("vol-q");
-        let driver = DriverIndex::default();
-        let spec = |raw: &str, id: &VolumeId| CnsVSphereVolumeMigrationSpec {
-            volumepath: raw.to_owned(),
-            volumeid: id.0.clone(),
-            protectvolumefromvmdelete: true,
-        };
-        driver.upsert("vol-q", &spec("[ds] kubevols/q.vmdk", &q_id), false);
-        let pvs = PvIndex::default();
-        pvs.upsert(
-            "pv-p",
-            Some(crate::controller::pv_index::PvVolume::Valid(p.clone())),
-        );
-
-        // p's status names q's volume (edited by hand): nothing to write for p.
-        assert_eq!(foreign_disk(&driver, &p, &q_id), Some(q.clone()));
-        assert!(publish_changes(&driver, &pvs, &p, &q_id, true).is_empty());
-        // For q itself the ID is its own.
-        assert_eq!(foreign_disk(&driver, &q, &q_id), None);
-        // An ID of p (another spelling of p's disk) is not foreign.
-        let p_id = VolumeId::from("vol-p");
-        driver.upsert("vol-p", &spec("[ds] kubevols//p.vmdk", &p_id), false);
-        assert_eq!(foreign_disk(&driver, &p, &p_id), None);
-        assert!(!publish_changes(&driver, &pvs, &p, &p_id, true).is_empty());
-    }
-}
+#[path = "publish_tests.rs"]
+mod tests;

@@ -2,7 +2,7 @@
 //! queued once however often it is asked for (the earliest instant wins), never runs twice
 //! at once (asked for while running, it runs again afterwards), and at most `concurrency`
 //! names run at a time. It replaces kube-runtime's `Controller`, which needs a cache of
-//! whole objects (issue 14: memory per tracked volume).
+//! whole objects (docs/design.md §3.1: memory per tracked volume).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

@@ -28,10 +28,13 @@ use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
 
+mod cluster_id;
 mod driver;
 mod dry_run;
+pub mod dry_run_plan;
 mod leadership;
 mod readiness;
+mod registrar_mode;
 
 /// How long in-flight work may take to finish after SIGTERM before it is abandoned (a
 /// create abandoned in flight is covered by its `Registering` marker: the next leader
@@ -39,6 +42,7 @@ mod readiness;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 pub use crate::k8s::client::{kube_client, kube_client_as, user_agent};
+pub use dry_run::run_once as dry_run_once;
 
 fn cns_backend(
     args: &RunArgs,
@@ -56,7 +60,6 @@ fn cns_backend(
         vcenter = %settings.url,
         user = %first.username,
         credentials = %source.describe(),
-        cluster_id = %settings.cluster_id,
         "vCenter configuration"
     );
     let mut template = CnsConfig::new(settings.url.clone(), first.username, first.password);
@@ -97,11 +100,6 @@ fn cns_backend(
     Ok(Arc::new(MeteredBackend::new(on_demand, metrics.clone())))
 }
 
-/// The CNS cluster ID: `--cluster-id`, else `cluster-id` of `--csi-config`.
-fn cluster_id(args: &RunArgs) -> anyhow::Result<String> {
-    Ok(crate::vcenter_config::resolve(args)?.cluster_id)
-}
-
 /// What every run mode starts with: a client, metrics, health (not ready yet) and the HTTP
 /// endpoints, which stop when `shutdown` is cancelled.
 struct Started {
@@ -118,14 +116,26 @@ async fn start(args: &RunArgs, holder_id: &str, not_ready: &str) -> anyhow::Resu
     let health = Health::new();
     health.set_not_ready(not_ready);
     let shutdown = CancellationToken::new();
-    let (http_addr, http_task) = http::serve(
+    let (http_addr, metrics_task) = http::serve(
         args.http_addr,
         metrics.clone(),
         health.clone(),
         shutdown.clone().cancelled_owned(),
     )
     .await?;
-    info!(address = %http_addr, "HTTP endpoints up");
+    // The kubelet's probes have their own listener: no client of the metrics port can
+    // delay them (src/http/probes.rs).
+    let (probe_addr, probe_task) = http::serve_probes(
+        args.probe_addr,
+        health.clone(),
+        shutdown.clone().cancelled_owned(),
+    )
+    .await?;
+    info!(address = %http_addr, probes = %probe_addr, "HTTP endpoints up");
+    let http_task = tokio::spawn(async move {
+        let _ = metrics_task.await;
+        let _ = probe_task.await;
+    });
     Ok(Started {
         client,
         metrics,
@@ -152,6 +162,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown,
         http_task,
     } = start(&args, &holder_id, "caches not synced yet").await?;
+    // Before the Lease and before vCenter: a cluster ID other than the driver's is refused.
+    let cluster_id = cluster_id::resolve(&client, &args).await?;
 
     let leader = leadership::start(&args, &client, &holder_id, &metrics).await?;
     if args.vc_insecure {
@@ -165,16 +177,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let backend = cns_backend(&args, &metrics, &holder_id)?;
-    let driver = driver::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
-    let mut registrar_config = RegistrarConfig::new(cluster_id(&args)?);
+    let cache = Arc::new(MigrationCache::default());
+    let (queue, requests) = WorkQueue::new();
+    let driver = driver::start_with(
+        &client,
+        args.publish_driver_cache,
+        shutdown.clone(),
+        driver_events(&cache, &queue),
+    )
+    .await?;
+    let mut registrar_config = RegistrarConfig::new(cluster_id);
     if let Some(driver) = &driver {
         let index = driver.index.clone();
         registrar_config =
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
     let migrations: Api<VolumeMigration> = Api::all(client.clone());
-    let cache = Arc::new(MigrationCache::default());
-    let (queue, requests) = WorkQueue::new();
+    let (mode_gate, mode_task) = registrar_mode::start(
+        &client,
+        crate::syncer_lease::SyncerLeaseConfig {
+            namespace: args.driver_namespace.clone(),
+            lease_name: args.driver_syncer_lease.clone(),
+        },
+        &metrics,
+        cache.clone(),
+        queue.clone(),
+        shutdown.clone(),
+    );
     let index = Arc::new(PvIndex::default());
     let store = KubeStatusStore::new(client.clone()).with_extras(status_extras(&index, &cache));
     let registrar = Arc::new(Registrar::new(
@@ -187,6 +216,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_retry(RetryPolicy::default())
             .with_leader(leader.gate.clone())
             .with_in_flight_grace(grace)
+            .with_mode_gate(mode_gate)
             .with_instance(holder_id.clone()),
     ));
 
@@ -273,6 +303,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     leader.gate.close();
     shutdown.cancel();
     drain([controller_task, sync_task, pv_task, watch_task, gained_task]).await;
+    if let Some(task) = mode_task {
+        task.abort();
+    }
     if let Err(e) = leader.leadership.release().await {
         warn!(error = %e, "could not release the lease; a follower takes over when it expires");
     }
@@ -324,6 +357,24 @@ async fn reconcile_all_when_leading(
                 None => return,
             },
         }
+    }
+}
+
+/// The driver cache's watch schedules reconciles: all of them when its CRD appears, the
+/// path's when one of its objects is deleted (its reconcile creates what is still needed).
+fn driver_events(cache: &Arc<MigrationCache>, queue: &WorkQueue) -> driver::DriverEvents {
+    let (all_cache, all_queue) = (cache.clone(), queue.clone());
+    let one_queue = queue.clone();
+    driver::DriverEvents {
+        on_served: Some(Box::new(move || {
+            all_cache
+                .names()
+                .iter()
+                .for_each(|name| all_queue.schedule_now(name));
+        })),
+        on_deleted: Some(Box::new(move |path| {
+            one_queue.schedule_now(&path.object_name());
+        })),
     }
 }
 

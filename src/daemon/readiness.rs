@@ -15,7 +15,9 @@ pub async fn caches_synced(
 ) {
     while !cache.is_synced()
         || !index.is_synced()
-        || driver.as_ref().is_some_and(|d| !d.index.is_synced())
+        || driver
+            .as_ref()
+            .is_some_and(|d| d.index.is_served() && !d.index.is_synced())
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

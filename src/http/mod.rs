@@ -1,5 +1,6 @@
 //! The daemon's HTTP endpoints on `--http-addr`: `GET /metrics`, `GET /healthz` (live),
-//! `GET /readyz` (ready).
+//! `GET /readyz` (ready); and the kubelet's probe listener on `--probe-addr` (`/healthz`
+//! and `/readyz` only, see [`serve_probes`]), which no client of `--http-addr` can delay.
 //!
 //! `/metrics` negotiates its format: OpenMetrics text when the `Accept` header asks for
 //! `application/openmetrics-text` (as Prometheus does), the Prometheus text format 0.0.4
@@ -11,6 +12,8 @@
 //! send a request head ([`HEADER_READ_TIMEOUT`], also the keep-alive idle time), the time
 //! to answer ([`REQUEST_TIMEOUT`], 408), the lifetime of a connection
 //! ([`MAX_CONNECTION_AGE`]) and the number of open connections ([`MAX_CONNECTIONS`]).
+//! Connections beyond that number wait, so a client holding them all delays everyone
+//! else on this port: the kubelet's probes therefore go to the probe listener.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,7 +22,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
@@ -27,12 +30,19 @@ use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::metrics::Metrics;
+
+mod probes;
+
+pub use probes::{
+    PROBE_CONNECTION_AGE, PROBE_HEADER_READ_TIMEOUT, PROBE_MAX_CONNECTIONS,
+    PROBE_MAX_CONNECTIONS_PER_PEER, probe_router, serve_probes,
+};
 
 /// Longest request head (request line and headers) accepted, in bytes; a longer one is
 /// answered 431 and the connection closed. Prometheus and kubelet probes send well under
@@ -71,6 +81,14 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// clients wait in the listen backlog until a connection ends, which every bound above
 /// guarantees; file descriptors and memory stay bounded whatever clients do.
 pub const MAX_CONNECTIONS: u32 = 64;
+
+/// The per-connection bounds of [`serve`]'s listener.
+const METRICS_LIMITS: ConnectionLimits = ConnectionLimits {
+    header_read_timeout: HEADER_READ_TIMEOUT,
+    max_age: MAX_CONNECTION_AGE,
+    close_grace: CLOSE_GRACE,
+    keep_alive: true,
+};
 
 /// Pause after an accept error other than a connection's own failure (e.g. out of file
 /// descriptors), so the loop does not spin.
@@ -170,6 +188,12 @@ struct AppState {
     health: Health,
 }
 
+impl FromRef<AppState> for Health {
+    fn from_ref(state: &AppState) -> Self {
+        state.health.clone()
+    }
+}
+
 /// The routes, for embedding or for tests that drive the router without a socket, with
 /// the body limit and the request timeout.
 pub fn router(metrics: Metrics, health: Health) -> Router {
@@ -201,21 +225,24 @@ pub async fn serve(
     health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("cannot bind the HTTP server to {addr}: {e}"),
-        )
+    let (listener, bound) = bind(addr, "HTTP server").await?;
+    let task = tokio::spawn(serve_routes(listener, router(metrics, health), shutdown));
+    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    Ok((bound, task))
+}
+
+/// Binds `addr` for `what`; returns the listener and the bound address. Errors name both.
+async fn bind(addr: SocketAddr, what: &str) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot bind the {what} to {addr}: {e}"))
     })?;
     let bound = listener.local_addr().map_err(|e| {
         std::io::Error::new(
             e.kind(),
-            format!("cannot read the address the HTTP server bound for {addr}: {e}"),
+            format!("cannot read the address the {what} bound for {addr}: {e}"),
         )
     })?;
-    let task = tokio::spawn(serve_routes(listener, router(metrics, health), shutdown));
-    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
-    Ok((bound, task))
+    Ok((listener, bound))
 }
 
 /// The accept loop: at most [`MAX_CONNECTIONS`] connections, each served by
@@ -239,20 +266,16 @@ async fn serve_routes(
         };
         let stream = tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) if is_connection_error(&e) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "HTTP server cannot accept a connection");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
-                }
+            accepted = accept(&listener) => match accepted {
+                Some((stream, _)) => stream,
+                None => continue,
             },
         };
         tokio::spawn(serve_connection(
             stream,
             app.clone(),
             closing.clone(),
+            METRICS_LIMITS,
             permit,
         ));
     }
@@ -260,6 +283,20 @@ async fn serve_routes(
     closing.cancel();
     // Every open connection holds a permit until it is gone.
     let _all_closed = open.acquire_many(MAX_CONNECTIONS).await;
+}
+
+/// The next connection and its peer's address; `None` after a failure (one connection's
+/// own, or the listener's, which is logged and paused on for [`ACCEPT_ERROR_PAUSE`]).
+async fn accept(listener: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
+    match listener.accept().await {
+        Ok(accepted) => Some(accepted),
+        Err(e) if is_connection_error(&e) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "HTTP server cannot accept a connection");
+            tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+            None
+        }
+    }
 }
 
 /// Errors of one incoming connection, not of the listener.
@@ -272,19 +309,33 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Serves one HTTP/1 connection within [`MAX_HEADER_BYTES`], [`MAX_HEADERS`],
-/// [`HEADER_READ_TIMEOUT`] and [`MAX_CONNECTION_AGE`]; `_permit` counts it as open until
-/// it ends.
-async fn serve_connection(
+/// The per-connection bounds of one listener.
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    /// Time to send a request head (on a keep-alive connection, also the idle time).
+    header_read_timeout: Duration,
+    /// Age at which the connection is closed gracefully.
+    max_age: Duration,
+    /// Time a gracefully closed connection gets to finish before it is dropped.
+    close_grace: Duration,
+    /// Whether a connection may carry more than one request.
+    keep_alive: bool,
+}
+
+/// Serves one HTTP/1 connection within [`MAX_HEADER_BYTES`], [`MAX_HEADERS`] and `limits`;
+/// `_slot` (e.g. a semaphore permit) counts it as open until it ends.
+async fn serve_connection<S: Send + 'static>(
     stream: TcpStream,
     app: Router,
     closing: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    limits: ConnectionLimits,
+    _slot: S,
 ) {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(limits.keep_alive)
         .max_buf_size(MAX_HEADER_BYTES)
         .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADERS);
@@ -298,10 +349,13 @@ async fn serve_connection(
             return;
         }
         () = closing.cancelled() => {}
-        () = tokio::time::sleep(MAX_CONNECTION_AGE) => {}
+        () = tokio::time::sleep(limits.max_age) => {}
     }
     connection.as_mut().graceful_shutdown();
-    if tokio::time::timeout(CLOSE_GRACE, connection).await.is_err() {
+    if tokio::time::timeout(limits.close_grace, connection)
+        .await
+        .is_err()
+    {
         tracing::debug!("HTTP connection dropped after the close grace period");
     }
 }
@@ -321,16 +375,16 @@ async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> i
     }
 }
 
-async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.health.is_live() {
+async fn healthz(State(health): State<Health>) -> impl IntoResponse {
+    if health.is_live() {
         (StatusCode::OK, "ok".to_owned())
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not live".to_owned())
     }
 }
 
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.health.not_ready_reason() {
+async fn readyz(State(health): State<Health>) -> impl IntoResponse {
+    match health.not_ready_reason() {
         None => (StatusCode::OK, "ok".to_owned()),
         Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }

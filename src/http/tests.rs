@@ -5,34 +5,47 @@ use tokio::sync::oneshot;
 use super::*;
 use crate::metrics::RegistrationResult;
 
+/// Both listeners, [`serve`] and [`serve_probes`], on loopback ports.
 struct Server {
     base: String,
+    /// `http://host:port` of the probe listener.
+    probe_base: String,
     metrics: Metrics,
     health: Health,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     client: reqwest::Client,
 }
 
 async fn start() -> Server {
     let metrics = Metrics::new();
     let health = Health::new();
-    let (stop, stopped) = oneshot::channel::<()>();
+    let stop = CancellationToken::new();
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("loopback address");
-    let (bound, task) = serve(addr, metrics.clone(), health.clone(), async move {
-        let _ = stopped.await;
-    })
+    let (bound, task) = serve(
+        addr,
+        metrics.clone(),
+        health.clone(),
+        stop.clone().cancelled_owned(),
+    )
     .await
     .expect("bind 127.0.0.1:0");
     assert!(bound.ip().is_loopback());
     assert_ne!(bound.port(), 0);
+    let (probe_bound, probe_task) =
+        serve_probes(addr, health.clone(), stop.clone().cancelled_owned())
+            .await
+            .expect("bind 127.0.0.1:0 for the probes");
+    assert!(probe_bound.ip().is_loopback());
+    assert_ne!(probe_bound.port(), bound.port());
     let client = http_client();
     Server {
         base: format!("http://{bound}"),
+        probe_base: format!("http://{probe_bound}"),
         metrics,
         health,
-        stop: Some(stop),
-        task,
+        stop,
+        tasks: vec![task, probe_task],
         client,
     }
 }
@@ -54,14 +67,26 @@ impl Server {
         (status, ctype, resp.text().await.expect("body"))
     }
 
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
+    /// GET `path` of the probe listener: (status, body).
+    async fn probe_get(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.probe_base))
+            .send()
             .await
-            .expect("server stops after shutdown")
-            .expect("server task did not panic");
+            .expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.expect("body"))
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("server stops after shutdown")
+                .expect("server task did not panic");
+        }
     }
 }
 
@@ -128,9 +153,11 @@ async fn healthz_follows_liveness() {
         s.get("/healthz", None).await,
         (200, ctype_text(), "ok".into())
     );
+    assert_eq!(s.probe_get("/healthz").await, (200, "ok".into()));
     s.health.set_live(false);
     let (status, _, body) = s.get("/healthz", None).await;
     assert_eq!((status, body.as_str()), (503, "not live"));
+    assert_eq!(s.probe_get("/healthz").await, (503, "not live".into()));
     s.stop().await;
 }
 
@@ -143,13 +170,19 @@ async fn readyz_follows_readiness_with_a_reason() {
     let s = start().await;
     let (status, _, body) = s.get("/readyz", None).await;
     assert_eq!((status, body.as_str()), (503, "starting"));
+    assert_eq!(s.probe_get("/readyz").await, (503, "starting".into()));
     s.health.set_ready(true);
     assert!(s.health.is_ready());
     let (status, _, body) = s.get("/readyz", None).await;
     assert_eq!((status, body.as_str()), (200, "ok"));
+    assert_eq!(s.probe_get("/readyz").await, (200, "ok".into()));
     s.health.set_not_ready("caches not synced");
     let (status, _, body) = s.get("/readyz", None).await;
     assert_eq!((status, body.as_str()), (503, "caches not synced"));
+    assert_eq!(
+        s.probe_get("/readyz").await,
+        (503, "caches not synced".into())
+    );
     s.health.set_ready(false);
     assert!(!s.health.is_ready());
     let (status, _, body) = s.get("/readyz", None).await;
@@ -182,16 +215,25 @@ async fn bind_failure_names_the_address() {
         .expect_err("address in use");
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    let err = serve_probes(addr, Health::new(), std::future::pending())
+        .await
+        .expect_err("address in use");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(err.to_string().contains("probe server"), "{err}");
 }
 
 #[tokio::test]
 async fn shutdown_stops_the_server() {
     let s = start().await;
-    let base = s.base.clone();
+    let bases = [s.base.clone(), s.probe_base.clone()];
     assert_eq!(s.get("/healthz", None).await.0, 200);
+    assert_eq!(s.probe_get("/healthz").await.0, 200);
     s.stop().await;
     let fresh = http_client();
-    assert!(fresh.get(format!("{base}/healthz")).send().await.is_err());
+    for base in bases {
+        assert!(fresh.get(format!("{base}/healthz")).send().await.is_err());
+    }
 }
 
 #[test]
@@ -236,3 +278,7 @@ fn accept_negotiation() {
 /// Hostile clients: every resource a client can hold is bounded.
 #[path = "hostile_tests.rs"]
 mod hostile;
+
+/// The kubelet's probes under load from other clients.
+#[path = "probe_tests.rs"]
+mod probes;

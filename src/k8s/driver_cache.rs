@@ -4,23 +4,29 @@
 //! The driver caches `spec.volumepath` (the raw spelling of the PV) → `spec.volumeid` and
 //! registers the vmdk itself on a miss. volmig publishes one object per Registered path
 //! and per raw spelling, so that the miss never happens, and adopts from objects the driver
-//! wrote earlier.
+//! wrote earlier. The driver sees only Add and Delete events: volmig adds and deletes
+//! objects, never changes one in place ([`plan_publish`], [`apply_changes`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::warn;
 
 use crate::api::FIELD_MANAGER;
 use crate::backend::VolumeId;
 use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::VolumePath;
+
+#[path = "driver_cache_plan.rs"]
+mod plan;
+pub use plan::{Conflict, DriverChange, DriverObject, PublishPlan, plan_publish, plan_unpublish};
 
 /// The driver's object: one cached mapping. Field names are lower-case, as the driver's
 /// CRD has them.
@@ -71,65 +77,6 @@ pub fn object_name(id: &VolumeId, raw: &str, primary: bool) -> String {
     }
 }
 
-/// The objects that should exist for a Registered path: `spellings` are the raw paths of
-/// its PVs, oldest PV first (duplicates dropped). Keyed by object name.
-pub fn desired_objects(
-    id: &VolumeId,
-    spellings: &[String],
-    protected: bool,
-) -> BTreeMap<String, CnsVSphereVolumeMigrationSpec> {
-    let mut out = BTreeMap::new();
-    let mut seen = std::collections::HashSet::new();
-    for (i, raw) in spellings.iter().filter(|r| seen.insert(*r)).enumerate() {
-        out.insert(
-            object_name(id, raw, i == 0),
-            CnsVSphereVolumeMigrationSpec {
-                volumepath: raw.clone(),
-                volumeid: id.0.clone(),
-                protectvolumefromvmdelete: protected,
-            },
-        );
-    }
-    out
-}
-
-/// One change to the driver's objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriverChange {
-    /// Create the object.
-    Create(String, CnsVSphereVolumeMigrationSpec),
-    /// Replace the spec of an existing object.
-    Update(String, CnsVSphereVolumeMigrationSpec),
-    /// Delete an object of this ID that no spelling needs any longer.
-    Delete(String),
-}
-
-/// What to change so that the objects of `id` are exactly `desired` (pure). `existing`
-/// holds the objects whose name is `id` or starts with `id-` (volmig's naming).
-pub fn plan_changes(
-    id: &VolumeId,
-    desired: &BTreeMap<String, CnsVSphereVolumeMigrationSpec>,
-    existing: &BTreeMap<String, CnsVSphereVolumeMigrationSpec>,
-) -> Vec<DriverChange> {
-    let mut changes = Vec::new();
-    for (name, spec) in desired {
-        match existing.get(name) {
-            None => changes.push(DriverChange::Create(name.clone(), spec.clone())),
-            Some(have) if have != spec => {
-                changes.push(DriverChange::Update(name.clone(), spec.clone()));
-            }
-            Some(_) => {}
-        }
-    }
-    for name in existing.keys() {
-        let ours = *name == id.0 || alias_target(name) == Some(id.0.as_str());
-        if ours && !desired.contains_key(name) {
-            changes.push(DriverChange::Delete(name.clone()));
-        }
-    }
-    changes
-}
-
 /// The ID an alias object (`<id>-<8 hex>`) is named after; `None` for any other name.
 fn alias_target(name: &str) -> Option<&str> {
     let (id, suffix) = name.split_at_checked(name.len().checked_sub(9)?)?;
@@ -176,13 +123,6 @@ impl DriverEntry {
             .map_or_else(|| name.to_string(), str::to_owned)
     }
 
-    fn holds(&self, name: &CompactText, id: &str) -> bool {
-        match self.own_volumeid() {
-            Some(own) => own == id,
-            None => name.is(id),
-        }
-    }
-
     fn volumepath(&self) -> &str {
         let raw = self.unusual.as_ref().and_then(|u| u.raw.as_deref());
         match (raw, &self.path) {
@@ -207,7 +147,12 @@ struct IndexState {
     /// The alias objects (`<id>-<8 hex>`) of each ID that has any.
     aliases: hashbrown::HashMap<CompactText, CompactSet, RandomState>,
     by_path: NamesByPath,
+    /// Raw paths whose entry the driver has dropped although an object still carries
+    /// them: an object carrying the path was deleted while another one carried it too.
+    lost: hashbrown::HashSet<Box<str>, RandomState>,
     synced: bool,
+    /// The CRD is not served (as last seen): nothing can be read or written.
+    crd_absent: bool,
 }
 
 impl Drop for IndexState {
@@ -225,15 +170,36 @@ impl DriverIndex {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records an object as it is now; `ours` when volmig created it.
+    /// Records an object as it is now (a watch event); `ours` when volmig created it. A
+    /// name the index does not hold yet is the driver's Add of its raw path.
     pub fn upsert(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool) {
+        self.put(name, spec, ours, true);
+    }
+
+    /// Records an object found in place of one volmig meant to create (409): when its
+    /// name is new to the index, its Add may have come before a delete that left its
+    /// path lost, so the path stays lost.
+    pub fn record_found(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool) {
+        self.put(name, spec, ours, false);
+    }
+
+    fn put(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, ours: bool, added: bool) {
         // Interned before the old entry lets go of its path: an update that keeps the path
         // does not take it out of the interner only to put it back.
         let path = VolumePath::parse(&spec.volumepath)
             .ok()
             .map(path_intern::intern);
         let mut s = self.lock();
-        let key = Self::unlink(&mut s, name).unwrap_or_else(|| CompactText::new(name));
+        let key = match Self::unlink(&mut s, name) {
+            Some(key) => key,
+            None => {
+                // A new object: the driver's Add, which gives its path an entry again.
+                if added {
+                    s.lost.remove(spec.volumepath.as_str());
+                }
+                CompactText::new(name)
+            }
+        };
         if let Some(path) = &path {
             s.by_path.link(path, &key);
         }
@@ -261,8 +227,9 @@ impl DriverIndex {
         s.by_name.insert(key, entry);
     }
 
-    /// Records an object volmig just wrote: created by volmig, or an update that keeps
-    /// whoever created it.
+    /// Records an object volmig's POST just created: volmig's own when `created` by its
+    /// labelled POST; else (a driver's object created again as it was) as the index
+    /// knew it, or the driver's.
     pub fn record_written(&self, name: &str, spec: &CnsVSphereVolumeMigrationSpec, created: bool) {
         let ours = created
             || self
@@ -273,10 +240,29 @@ impl DriverIndex {
         self.upsert(name, spec, ours);
     }
 
-    /// Forgets an object.
+    /// Forgets an object (deleted). When another object still carries its raw path, the
+    /// driver has dropped that path's entry all the same: the path is marked lost until an
+    /// object carrying it is added.
     pub fn remove(&self, name: &str) {
         let mut s = self.lock();
+        let Some(entry) = s.by_name.get(&TextRef::new(name)) else {
+            return;
+        };
+        let raw: Box<str> = entry.volumepath().into();
+        let shared = entry.path.as_ref().is_some_and(|path| {
+            s.by_path.get(path).into_iter().flatten().any(|other| {
+                !other.is(name)
+                    && s.by_name
+                        .get(&other.as_ref())
+                        .is_some_and(|e| e.volumepath() == &*raw)
+            })
+        });
         Self::unlink(&mut s, name);
+        if shared {
+            s.lost.insert(raw);
+        } else {
+            s.lost.remove(&raw);
+        }
     }
 
     /// Takes object `name` out of every map; returns its key.
@@ -311,9 +297,28 @@ impl DriverIndex {
         }
     }
 
-    /// Marks the initial list as complete.
+    /// Marks the initial list as complete (the CRD is served).
     pub fn set_synced(&self) {
-        self.lock().synced = true;
+        let mut s = self.lock();
+        s.synced = true;
+        s.crd_absent = false;
+    }
+
+    /// Records whether the CRD is served; returns whether that changed. A CRD that
+    /// disappears takes every object with it.
+    pub fn set_served(&self, served: bool) -> bool {
+        let mut s = self.lock();
+        let changed = s.crd_absent == served;
+        s.crd_absent = !served;
+        if !served {
+            s.synced = false;
+        }
+        changed
+    }
+
+    /// True while the CRD is served: volmig may publish.
+    pub fn is_served(&self) -> bool {
+        !self.lock().crd_absent
     }
 
     /// True once the initial list has been indexed.
@@ -353,20 +358,40 @@ impl DriverIndex {
             .collect()
     }
 
-    /// Names of volmig's own objects for `path` (any spelling) that hold another ID than
-    /// `id`: left over from a mapping that changed.
-    pub fn stale_ours(&self, path: &VolumePath, id: &VolumeId) -> Vec<String> {
+    /// The objects a plan for `id` at `path` looks at ([`plan_publish`]): every object
+    /// whose path is `path` (any spelling, any owner) and the objects named after `id`.
+    pub fn objects_for(&self, path: &VolumePath, id: &VolumeId) -> BTreeMap<String, DriverObject> {
         let s = self.lock();
-        s.by_path
-            .get(path)
+        let named = TextRef::new(&id.0);
+        let aliases = s.aliases.get(&named).into_iter().flatten();
+        let by_path = s.by_path.get(path).into_iter().flatten();
+        let primary = s.by_name.get_key_value(&named).map(|(n, _)| n);
+        primary
             .into_iter()
-            .flatten()
-            .filter(|n| {
-                s.by_name
-                    .get(&n.as_ref())
-                    .is_some_and(|e| e.ours && !e.holds(n, &id.0))
+            .chain(aliases)
+            .chain(by_path)
+            .filter_map(|n| s.by_name.get_key_value(&n.as_ref()))
+            .map(|(n, e)| {
+                let object = DriverObject {
+                    spec: e.spec(n),
+                    ours: e.ours,
+                };
+                (n.to_string(), object)
             })
-            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// The raw paths of `objects` whose entry the driver has lost (see [`Self::remove`]).
+    pub fn lost_among(&self, objects: &BTreeMap<String, DriverObject>) -> BTreeSet<String> {
+        let s = self.lock();
+        if s.lost.is_empty() {
+            return BTreeSet::new();
+        }
+        objects
+            .values()
+            .map(|o| o.spec.volumepath.as_str())
+            .filter(|raw| s.lost.contains(*raw))
+            .map(str::to_owned)
             .collect()
     }
 
@@ -381,49 +406,67 @@ impl DriverIndex {
     }
 }
 
-/// Applies `changes` through `api`; an object created meanwhile (409) is updated instead.
+/// Executes `changes` through `api`: every delete first, then every create, each in the
+/// order given, so the driver's last event for a path is an Add. Nothing is ever changed
+/// in place. `index` records each change as it lands (its watch confirms later), so a plan
+/// made after a failure starts from what was done. A create that meets an existing object
+/// (409) changes nothing: the object is recorded as it is and as whoever created it (a
+/// 409 never makes it volmig's); one with another spec is left alone (logged) for the
+/// next plan to see. Stops at the first error; returns how many objects were deleted or
+/// created.
 pub async fn apply_changes(
     api: &Api<CnsVSphereVolumeMigration>,
+    index: &DriverIndex,
     changes: &[DriverChange],
-) -> kube::Result<()> {
+) -> kube::Result<usize> {
     let post = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
     };
-    let patch_params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
+    let mut done = 0;
     for change in changes {
-        match change {
-            DriverChange::Create(name, spec) => {
-                let mut object = CnsVSphereVolumeMigration::new(name, spec.clone());
-                object.metadata.labels =
-                    Some([(MANAGED_BY.to_owned(), "volmig".to_owned())].into());
-                match api.create(&post, &object).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {
-                        let patch = serde_json::json!({ "spec": spec });
-                        api.patch(name, &patch_params, &Patch::Merge(&patch))
-                            .await?;
+        let DriverChange::Delete(name) = change else {
+            continue;
+        };
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => done += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        index.remove(name);
+    }
+    for change in changes {
+        let DriverChange::Create(name, object) = change else {
+            continue;
+        };
+        let mut new = CnsVSphereVolumeMigration::new(name, object.spec.clone());
+        if object.ours {
+            new.metadata.labels = Some([(MANAGED_BY.to_owned(), "volmig".to_owned())].into());
+        }
+        match api.create(&post, &new).await {
+            Ok(_) => {
+                index.record_written(name, &object.spec, object.ours);
+                done += 1;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                if let Some(found) = api.get_opt(name).await? {
+                    if found.spec != object.spec {
+                        warn!(object = %name, found = ?found.spec, wanted = ?object.spec,
+                            "a CSI driver cache object of this name exists with another spec; \
+                             left as it is (never changed in place)");
                     }
-                    Err(e) => return Err(e),
+                    index.record_found(name, &found.spec, is_ours(&found));
                 }
             }
-            DriverChange::Update(name, spec) => {
-                let patch = serde_json::json!({ "spec": spec });
-                api.patch(name, &patch_params, &Patch::Merge(&patch))
-                    .await?;
-            }
-            DriverChange::Delete(name) => match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
-            },
+            Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(done)
 }
+
+#[cfg(test)]
+#[path = "driver_cache_fake.rs"]
+pub(crate) mod fake;
 
 #[cfg(test)]
 #[path = "driver_cache_tests.rs"]

@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::*;
 
 fn id() -> VolumeId {
@@ -12,6 +14,20 @@ fn spec(raw: &str, protected: bool) -> CnsVSphereVolumeMigrationSpec {
     }
 }
 
+fn ours(spec: CnsVSphereVolumeMigrationSpec) -> DriverObject {
+    DriverObject { spec, ours: true }
+}
+
+fn creates(changes: &[DriverChange]) -> BTreeMap<String, DriverObject> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            DriverChange::Create(name, object) => Some((name.clone(), object.clone())),
+            DriverChange::Delete(_) => None,
+        })
+        .collect()
+}
+
 #[test]
 fn oldest_spelling_is_named_by_the_id_others_get_a_hash_suffix() {
     let spellings = vec![
@@ -19,14 +35,19 @@ fn oldest_spelling_is_named_by_the_id_others_get_a_hash_suffix() {
         "[/DC0/datastore/LocalDS_0] kubevols//a.vmdk".to_owned(),
         "[LocalDS_0] kubevols/a.vmdk".to_owned(),
     ];
-    let desired = desired_objects(&id(), &spellings, true);
+    let plan = plan_publish(&id(), &spellings, true, &BTreeMap::new(), &BTreeSet::new());
+    let desired = creates(&plan.changes);
     assert_eq!(desired.len(), 2, "one object per distinct spelling");
-    assert_eq!(desired[&id().0], spec("[LocalDS_0] kubevols/a.vmdk", true));
+    assert_eq!(plan.changes.len(), 2, "creates only: {:?}", plan.changes);
+    assert_eq!(
+        desired[&id().0],
+        ours(spec("[LocalDS_0] kubevols/a.vmdk", true))
+    );
     let alias = object_name(&id(), &spellings[1], false);
     assert_eq!(alias.len(), id().0.len() + 9);
     assert!(alias.starts_with(&format!("{}-", id().0)));
     assert_eq!(
-        desired[&alias].volumepath, spellings[1],
+        desired[&alias].spec.volumepath, spellings[1],
         "raw, not canonical"
     );
     assert_eq!(
@@ -34,41 +55,101 @@ fn oldest_spelling_is_named_by_the_id_others_get_a_hash_suffix() {
         object_name(&id(), &spellings[1], false),
         "deterministic"
     );
+    // In sync: nothing to change.
+    let again = plan_publish(&id(), &spellings, true, &desired, &BTreeSet::new());
+    assert_eq!(again, PublishPlan::default());
 }
 
 #[test]
-fn in_sync_objects_need_no_change() {
-    let desired = desired_objects(&id(), &["[ds] a.vmdk".to_owned()], true);
-    assert!(plan_changes(&id(), &desired, &desired).is_empty());
-}
-
-#[test]
-fn changes_create_update_and_delete_only_this_ids_objects() {
+fn changes_delete_then_create_and_touch_only_volmigs_stale_objects() {
     let spellings = vec!["[ds] a.vmdk".to_owned(), "[ds]  a.vmdk".to_owned()];
-    let desired = desired_objects(&id(), &spellings, true);
     let stale_alias = object_name(&id(), "[ds] old//a.vmdk", false);
+    let driver_made = format!("{}-driver-made", id().0);
     let existing: BTreeMap<_, _> = [
-        (id().0, spec("[ds] a.vmdk", false)),
-        (stale_alias.clone(), spec("[ds] old//a.vmdk", true)),
-        // Another ID's object, and a name that only looks similar: never touched.
-        ("other-id".to_owned(), spec("[ds] a.vmdk", true)),
-        (format!("{}-driver-made", id().0), spec("[ds] a.vmdk", true)),
+        (id().0, ours(spec("[ds] a.vmdk", false))),
+        (stale_alias.clone(), ours(spec("[ds] old//a.vmdk", true))),
+        // The driver's objects of spellings no PV uses: never touched.
+        (
+            "other-id".to_owned(),
+            DriverObject {
+                spec: spec("[ds] b.vmdk", true),
+                ours: false,
+            },
+        ),
+        (
+            driver_made.clone(),
+            DriverObject {
+                spec: spec("[ds] c.vmdk", true),
+                ours: false,
+            },
+        ),
     ]
     .into_iter()
     .collect();
-    let changes = plan_changes(&id(), &desired, &existing);
+    let plan = plan_publish(&id(), &spellings, true, &existing, &BTreeSet::new());
     let alias = object_name(&id(), &spellings[1], false);
     assert_eq!(
-        changes,
+        plan.changes,
         vec![
-            DriverChange::Update(id().0, spec("[ds] a.vmdk", true)),
-            DriverChange::Create(alias, spec("[ds]  a.vmdk", true)),
+            DriverChange::Delete(id().0),
             DriverChange::Delete(stale_alias),
+            DriverChange::Create(id().0, ours(spec("[ds] a.vmdk", true))),
+            DriverChange::Create(alias, ours(spec("[ds]  a.vmdk", true))),
+        ],
+        "a protection change is a delete and a create; deletes first"
+    );
+    assert!(plan.conflicts.is_empty());
+    // Unpublished: every object holding the ID goes, the driver's too.
+    let gone = plan_unpublish(&id(), &existing, &BTreeSet::new());
+    assert!(gone.iter().all(|c| matches!(c, DriverChange::Delete(_))));
+    assert_eq!(gone.len(), 4);
+}
+
+#[test]
+fn the_drivers_object_of_another_id_blocks_its_spelling_and_is_left_alone() {
+    let spellings = vec!["[ds] a.vmdk".to_owned()];
+    let existing: BTreeMap<_, _> = [
+        (
+            "vol-driver".to_owned(),
+            DriverObject {
+                spec: CnsVSphereVolumeMigrationSpec {
+                    volumepath: "[ds] a.vmdk".into(),
+                    volumeid: "vol-driver".into(),
+                    protectvolumefromvmdelete: false,
+                },
+                ours: false,
+            },
+        ),
+        (id().0, ours(spec("[ds] a.vmdk", true))),
+    ]
+    .into_iter()
+    .collect();
+    let lost = BTreeSet::from(["[ds] a.vmdk".to_owned()]);
+    let plan = plan_publish(&id(), &spellings, true, &existing, &lost);
+    assert_eq!(plan.changes, [], "nothing carrying the spelling is touched");
+    assert_eq!(
+        plan.conflicts,
+        [Conflict {
+            spelling: "[ds] a.vmdk".into(),
+            name: "vol-driver".into(),
+            volume_id: "vol-driver".into(),
+        }]
+    );
+}
+
+#[test]
+fn a_lost_path_is_created_again_by_the_object_still_carrying_it() {
+    let spellings = vec!["[ds] a.vmdk".to_owned()];
+    let existing: BTreeMap<_, _> = [(id().0, ours(spec("[ds] a.vmdk", true)))].into();
+    let lost = BTreeSet::from(["[ds] a.vmdk".to_owned()]);
+    let plan = plan_publish(&id(), &spellings, true, &existing, &lost);
+    assert_eq!(
+        plan.changes,
+        [
+            DriverChange::Delete(id().0),
+            DriverChange::Create(id().0, ours(spec("[ds] a.vmdk", true))),
         ]
     );
-    assert!(plan_changes(&id(), &BTreeMap::new(), &existing).iter().all(
-        |c| matches!(c, DriverChange::Delete(n) if n.starts_with(&id().0) && !n.ends_with("made"))
-    ));
 }
 
 #[test]
@@ -177,8 +258,9 @@ fn volmigs_own_objects_are_not_the_drivers_ids() {
     );
     index.upsert("theirs", &spec("[ds] a.vmdk", false), false);
     assert_eq!(index.ids_for(&path), vec![id()]);
-    // volmig updating the driver's object keeps it the driver's.
-    index.record_written("theirs", &spec("[ds] a.vmdk", true), false);
+    // The driver's object deleted and created again by volmig stays the driver's.
+    index.remove("theirs");
+    index.record_written("theirs", &spec("[ds] a.vmdk", false), false);
     assert_eq!(index.ids_for(&path), vec![id()]);
     index.remove("theirs");
     assert!(index.ids_for(&path).is_empty());
@@ -211,5 +293,45 @@ fn paths_are_interned_and_every_handle_is_given_back() {
     assert!(
         !path_intern::contains(&path(y)),
         "a dropped index releases it"
+    );
+}
+
+#[test]
+fn a_deleted_object_whose_path_another_carries_leaves_that_path_lost_until_an_add() {
+    let index = DriverIndex::default();
+    let raw = "[ds] lost/a.vmdk";
+    let path = VolumePath::parse(raw).unwrap();
+    index.upsert("first", &spec(raw, true), true);
+    index.upsert("second", &spec(raw, true), false);
+    index.upsert("alias", &spec("[ds] lost//a.vmdk", true), true);
+    let objects = index.objects_for(&path, &id());
+    assert_eq!(objects.len(), 3, "every spelling of the disk: {objects:?}");
+    assert!(index.lost_among(&objects).is_empty());
+
+    index.remove("first");
+    let objects = index.objects_for(&path, &id());
+    assert_eq!(
+        index.lost_among(&objects),
+        BTreeSet::from([raw.to_owned()]),
+        "the driver's Delete dropped the entry that `second` still carries"
+    );
+    index.upsert("second", &spec(raw, false), false);
+    assert_eq!(index.lost_among(&objects).len(), 1, "a change is no Add");
+    index.record_found("found", &spec(raw, false), false);
+    assert_eq!(
+        index.lost_among(&objects).len(),
+        1,
+        "an object met by a 409 may have been added before the delete"
+    );
+    index.remove("found");
+    index.upsert("third", &spec(raw, true), true);
+    assert!(index.lost_among(&objects).is_empty(), "an Add restores it");
+
+    index.remove("third");
+    assert_eq!(index.lost_among(&objects).len(), 1);
+    index.remove("second");
+    assert!(
+        index.lost_among(&objects).is_empty(),
+        "nothing carries it: nothing to create again"
     );
 }

@@ -1,7 +1,7 @@
 //! Paged lists that decode only the fields their reader needs: a PV from a real API
 //! server carries `managedFields`, annotations, capacity and status that volmig never
 //! reads, and decoding 100,000 of them into full `PersistentVolume`s costs more than the
-//! rest of a full-sync pass (issue 14). Unknown fields are skipped without allocating.
+//! rest of a full-sync pass (docs/design.md §6). Unknown fields are skipped without allocating.
 
 use kube::api::ListParams;
 use kube::core::Request;

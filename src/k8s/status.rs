@@ -313,6 +313,10 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "conditions": conditions(now, false, reason, message),
             })
         }
+        StatusUpdate::Stalled { reason, message } => json!({
+            "lastError": {"reason": reason, "message": message, "time": time(now)},
+            "conditions": conditions(now, false, reason, message),
+        }),
         StatusUpdate::Protected => json!({"protectedFromVMDelete": true}),
         StatusUpdate::Unregistering => json!({"phase": "Unregistering"}),
         StatusUpdate::Unregistered => json!({

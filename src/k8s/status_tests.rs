@@ -70,6 +70,18 @@ fn failed_patch_schedules_retry() {
 }
 
 #[test]
+fn stalled_patch_records_the_error_and_leaves_phase_and_marker() {
+    let s = &registrar(StatusUpdate::Stalled {
+        reason: "BackendUnavailable".into(),
+        message: "503".into(),
+    })["status"];
+    assert_eq!(s["lastError"]["reason"], "BackendUnavailable");
+    for untouched in ["phase", "registeringToken", "volumeID", "attempts"] {
+        assert!(s.get(untouched).is_none(), "{untouched} is written: {s}");
+    }
+}
+
+#[test]
 fn registering_patch_carries_the_marker_token() {
     let s = &registrar(StatusUpdate::Registering {
         attempts: 2,

@@ -62,7 +62,7 @@ pub(super) fn register_all(m: &mut Inner) {
     );
     r.register(
         "orphan_volumes",
-        "volmig-named CNS volumes no PV or VolumeMigration references, as of the last full-sync pass",
+        "volmig-named CNS volumes of this cluster (--cluster-id) that no PV or VolumeMigration references, as of the last full-sync pass",
         m.orphan_volumes.clone(),
     );
     r.register(
@@ -80,6 +80,13 @@ pub(super) fn register_all(m: &mut Inner) {
         "leader",
         "1 while this replica holds the leader Lease, else 0",
         m.leader.clone(),
+    );
+    r.register(
+        "registrar_mode",
+        "Who registers in-tree vmdks now, by mode (own: volmig; follow: the CSI driver's syncer \
+         leads and volmig adopts; unknown: the syncer's Lease was not read yet): 1 for the \
+         current mode, else 0",
+        m.registrar_mode.clone(),
     );
     r.register(
         "pvs_tracked",

@@ -194,6 +194,14 @@ pub(super) struct StageLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct ModeLabels {
+    pub(super) mode: &'static str,
+}
+
+/// The values of `volmig_registrar_mode`'s `mode` label.
+pub(super) const REGISTRAR_MODES: [&str; 3] = ["unknown", "own", "follow"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(super) struct OperationLabels {
     pub(super) operation: &'static str,
 }

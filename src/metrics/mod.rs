@@ -26,8 +26,9 @@ mod labels;
 mod process;
 
 use labels::{
-    ActionLabels, BackendLabels, BuildLabels, DryRunLabels, OperationLabels, PHASES, PassLabels,
-    PhaseLabels, PhaseValue, ReasonLabels, RegistrationLabels, StageLabels, pass_labels,
+    ActionLabels, BackendLabels, BuildLabels, DryRunLabels, ModeLabels, OperationLabels, PHASES,
+    PassLabels, PhaseLabels, PhaseValue, REGISTRAR_MODES, ReasonLabels, RegistrationLabels,
+    StageLabels, pass_labels,
 };
 pub use labels::{BackendResult, RegistrationResult, RegistrationStage, SyncAction};
 
@@ -79,6 +80,7 @@ struct Inner {
     backend_requests: Family<BackendLabels, Counter>,
     backend_duration: HistogramFamily<OperationLabels>,
     leader: Gauge,
+    registrar_mode: Family<ModeLabels, Gauge>,
     pvs_tracked: Gauge,
     build_info: Family<BuildLabels, Gauge>,
     full_sync_last_success: Gauge<f64, AtomicU64>,
@@ -119,6 +121,7 @@ impl Metrics {
             backend_requests: Family::default(),
             backend_duration: Family::new_with_constructor(backend_histogram),
             leader: Gauge::default(),
+            registrar_mode: Family::default(),
             pvs_tracked: Gauge::default(),
             build_info: Family::default(),
             full_sync_last_success: Gauge::default(),
@@ -128,6 +131,11 @@ impl Metrics {
             reconcile_failures: Family::default(),
         };
         inner.build_info.get_or_create(&BuildLabels::CURRENT).set(1);
+        for mode in REGISTRAR_MODES {
+            let _ = inner
+                .registrar_mode
+                .get_or_create_owned(&ModeLabels { mode });
+        }
         // Create the series now (at zero); the handles are not needed.
         for &result in RegistrationResult::ALL {
             let _ = inner
@@ -279,6 +287,28 @@ impl Metrics {
     /// Sets `volmig_leader` to 1 while this replica holds the Lease, else 0.
     pub fn set_leader(&self, leader: bool) {
         self.inner.leader.set(i64::from(leader));
+    }
+
+    /// Sets `volmig_registrar_mode`: 1 for `mode` (`unknown`, `own` or `follow`), 0 for
+    /// the others (docs/design.md §8.2).
+    pub fn set_registrar_mode(&self, mode: &str) {
+        for known in REGISTRAR_MODES {
+            self.inner
+                .registrar_mode
+                .get_or_create(&ModeLabels { mode: known })
+                .set(i64::from(known == mode));
+        }
+    }
+
+    /// The mode `volmig_registrar_mode` names (its series at 1), if any.
+    pub fn registrar_mode(&self) -> Option<&'static str> {
+        REGISTRAR_MODES.into_iter().find(|&mode| {
+            self.inner
+                .registrar_mode
+                .get_or_create(&ModeLabels { mode })
+                .get()
+                == 1
+        })
     }
 
     /// Sets the number of in-tree vSphere PVs the watcher tracks.

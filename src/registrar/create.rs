@@ -11,7 +11,7 @@ use super::{
     Version, choose_adoptee, stages,
 };
 use crate::backend::selection::date_volumes_of_one_disk;
-use crate::backend::{CnsVolume, CreateVolumeRequest, ErrorClass, VolumeId};
+use crate::backend::{CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
 use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
 
@@ -31,7 +31,8 @@ impl Registrar {
     ///
     /// Both run under the slot in `held` (the look's): the marker still dates a create
     /// that starts right after it. A look that fails leaves the marker of a create that
-    /// was never sent; the failure recorded after it replaces the marker.
+    /// was never sent (recorded as such in [`super::InFlight`]); the failure recorded after
+    /// it replaces the marker.
     pub(super) async fn look_and_create(
         &self,
         step: &CreateStep<'_>,
@@ -65,7 +66,16 @@ impl Registrar {
             RegistrationStage::StatusWriteAhead,
             saved_at.saturating_duration_since(looked_at),
         );
-        match decide_first_look(found?, saved, &step.request.name) {
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                // No create was sent under this write-ahead: its marker proves nothing in
+                // flight, and the failure recorded next may replace it.
+                self.in_flight.not_sent(path, &token);
+                return Err(e);
+            }
+        };
+        match decide_first_look(found, saved, &step.request.name) {
             FirstLook::Adopt { id, version } => {
                 self.adopt(path, id, step.disk_uuid, step.attempts, version, held)
                     .await
@@ -98,16 +108,33 @@ impl Registrar {
         held: &mut HeldSlot,
     ) -> Result<Attempt, RegisterError> {
         let path = step.path;
-        // Fencing: the write-ahead may have taken long; only a current leader creates.
+        // Fencing: the write-ahead may have taken long; only a current leader creates, and
+        // only while the CSI driver's syncer does not (docs/design.md §8.2).
         self.fence(path)?;
+        if let Err(not_registrar) = self.may_create(path) {
+            // Nothing was sent under this marker.
+            self.in_flight.not_sent(path, token);
+            return Err(not_registrar);
+        }
+        // Both are asked again immediately before the request is written, and the grace
+        // of this marker starts then (docs/design.md §4.9, §4.10).
         self.in_flight.started(path, token);
+        let request = self.fenced(step.request, path, token);
         *creates += 1;
         let created = stages::timed(
             RegistrationStage::VcenterCall,
-            self.backend.create_volume(step.request),
+            self.backend.create_volume(&request),
         )
         .await;
         match created {
+            Err(e) if e.is_called_off() => {
+                drop(permit);
+                self.in_flight.not_sent(path, token);
+                self.fence(path)?;
+                self.may_create(path)?;
+                // Both allowed it again by now: decide afresh.
+                Ok(Attempt::Reread(self.load(path).await?))
+            }
             Ok(id) => {
                 held.0 = Some(permit);
                 let found = Found {
@@ -119,21 +146,49 @@ impl Registrar {
                     .await
                     .map(Attempt::Done)
             }
-            Err(e) if e.class == ErrorClass::Transient => {
+            Err(e) if e.may_still_complete() => {
                 drop(permit);
-                // Timeout, lost reply, failed task poll: the create may still complete.
+                // Timeout, lost reply, any failure while following its task: the create
+                // may still complete (docs/design.md §4.8).
                 warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
                 Ok(Attempt::Reread(self.load(path).await?))
             }
             Err(source) => {
                 drop(permit);
-                // vCenter refused the create: nothing is in flight.
-                self.in_flight.forget(path);
+                // vCenter refused the create: nothing is in flight under this marker.
+                self.in_flight.ended(path, token);
                 Err(RegisterError::Backend {
                     path: path.clone(),
                     source,
                 })
             }
+        }
+    }
+}
+
+impl Registrar {
+    /// `request` with a fence that asks leadership and the registrar mode right before it
+    /// is sent, and restarts the marker's own grace at that moment.
+    fn fenced(
+        &self,
+        request: &CreateVolumeRequest,
+        path: &VolumePath,
+        token: &str,
+    ) -> CreateVolumeRequest {
+        let leader = self.config.leader.clone();
+        let mode = self.config.mode.clone();
+        let in_flight = self.in_flight.clone();
+        let (path, token) = (path.clone(), token.to_owned());
+        CreateVolumeRequest {
+            fence: SendFence::new(move || {
+                if !leader.is_open() {
+                    return Err("not the leader any more".to_owned());
+                }
+                mode.may_create().map_err(|e| e.to_string())?;
+                in_flight.started(&path, &token);
+                Ok(())
+            }),
+            ..request.clone()
         }
     }
 }
@@ -182,6 +237,7 @@ mod tests {
             name: name.to_owned(),
             backing_path: None,
             created: None,
+            cluster_ids: Vec::new(),
         }
     }
 

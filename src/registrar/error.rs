@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{NotLeader, StoreError, StoreErrorKind, reason};
+use super::{NotLeader, NotRegistrar, StoreError, StoreErrorKind, reason};
 use crate::backend::{BackendError, ErrorClass};
 use crate::volume_path::{PathError, VolumePath};
 
@@ -55,6 +55,17 @@ pub enum RegisterError {
         /// Always [`NotLeader`].
         source: NotLeader,
     },
+    /// The CSI driver's syncer registers now (or it is not known yet whether it does): no
+    /// volume was found to adopt and none was created (docs/design.md §8.2).
+    #[error("{path}: not creating a CNS volume")]
+    NotRegistrar {
+        /// The vmdk concerned.
+        path: VolumePath,
+        /// Who registers.
+        source: NotRegistrar,
+        /// When to look again for the driver's volume.
+        retry_after: Duration,
+    },
 }
 
 impl RegisterError {
@@ -79,6 +90,7 @@ impl RegisterError {
                 _ => reason::TRANSIENT,
             },
             RegisterError::NotLeader { .. } => reason::TRANSIENT,
+            RegisterError::NotRegistrar { .. } => reason::AWAITING_CSI_DRIVER,
         }
     }
 
@@ -87,7 +99,9 @@ impl RegisterError {
         match self {
             RegisterError::InvalidPath(_) | RegisterError::DiskNotFound { .. } => false,
             RegisterError::Backend { source, .. } => source.class.is_retryable(),
-            RegisterError::OutcomeUnknown { .. } | RegisterError::NotLeader { .. } => true,
+            RegisterError::OutcomeUnknown { .. }
+            | RegisterError::NotLeader { .. }
+            | RegisterError::NotRegistrar { .. } => true,
             RegisterError::Store { source, .. } => source.is_retryable(),
         }
     }
@@ -95,7 +109,8 @@ impl RegisterError {
     /// When to try again, if the error says (a create in flight).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            RegisterError::OutcomeUnknown { retry_after, .. } => Some(*retry_after),
+            RegisterError::OutcomeUnknown { retry_after, .. }
+            | RegisterError::NotRegistrar { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

@@ -14,41 +14,104 @@ use tokio::time::Instant;
 
 use crate::volume_path::VolumePath;
 
+/// One marker this process knows of.
+struct Entry {
+    token: String,
+    /// When this process sent the create under `token`, or first saw the token.
+    since: Instant,
+    /// vCenter said the create under `token` ended without a volume (it refused it).
+    ended: bool,
+}
+
 /// The markers this process knows of, one per path (entries go when the path resolves).
 #[derive(Default)]
 pub struct InFlight {
-    seen: Mutex<HashMap<VolumePath, (String, Instant)>>,
+    seen: Mutex<HashMap<VolumePath, Entry>>,
 }
 
 impl InFlight {
-    fn map(&self) -> MutexGuard<'_, HashMap<VolumePath, (String, Instant)>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<VolumePath, Entry>> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records that this process sends a create under `token` now.
     pub fn started(&self, path: &VolumePath, token: &str) {
+        self.map().insert(
+            path.clone(),
+            Entry {
+                token: token.to_owned(),
+                since: Instant::now(),
+                ended: false,
+            },
+        );
+    }
+
+    /// Records that the create under `token` is known to have ended without a volume
+    /// (vCenter refused it): its marker proves nothing in flight any more.
+    pub fn ended(&self, path: &VolumePath, token: &str) {
+        if let Some(entry) = self.map().get_mut(path)
+            && entry.token == token
+        {
+            entry.ended = true;
+        }
+    }
+
+    /// Records that no create was sent under `token` (its write-ahead was stored, then the
+    /// create was called off): the marker proves nothing in flight.
+    pub fn not_sent(&self, path: &VolumePath, token: &str) {
+        self.map().insert(
+            path.clone(),
+            Entry {
+                token: token.to_owned(),
+                since: Instant::now(),
+                ended: true,
+            },
+        );
+    }
+
+    /// True when the create under `token` is known to have ended without a volume.
+    pub fn is_ended(&self, path: &VolumePath, token: &str) -> bool {
         self.map()
-            .insert(path.clone(), (token.to_owned(), Instant::now()));
+            .get(path)
+            .is_some_and(|e| e.ended && e.token == token)
     }
 
     /// When the create under `token` may be presumed ended: `grace` after it was sent (own
-    /// token) or first seen (any other token; seeing it starts the clock).
+    /// token) or first seen (any other token; seeing it starts the clock); now when it is
+    /// known to have ended.
     pub fn deadline(&self, path: &VolumePath, token: &str, grace: Duration) -> Instant {
         let mut map = self.map();
-        let entry = map
-            .entry(path.clone())
-            .or_insert_with(|| (token.to_owned(), Instant::now()));
-        if entry.0 != token {
-            *entry = (token.to_owned(), Instant::now());
+        let entry = map.entry(path.clone()).or_insert_with(|| Entry {
+            token: token.to_owned(),
+            since: Instant::now(),
+            ended: false,
+        });
+        if entry.token != token {
+            *entry = Entry {
+                token: token.to_owned(),
+                since: Instant::now(),
+                ended: false,
+            };
         }
-        entry.1 + grace
+        if entry.ended {
+            Instant::now()
+        } else {
+            entry.since + grace
+        }
+    }
+
+    /// The token of a create of `path` that this process knows of and that may still be
+    /// running: a marker of its own, whatever the stored status says now.
+    pub fn pending(&self, path: &VolumePath, grace: Duration) -> Option<String> {
+        self.map()
+            .get(path)
+            .filter(|e| !e.ended && e.since + grace > Instant::now())
+            .map(|e| e.token.clone())
     }
 
     /// True while a create of `path` that this process knows of may still be running.
     pub fn in_doubt(&self, path: &VolumePath, grace: Duration) -> bool {
-        self.map()
-            .get(path)
-            .is_some_and(|(_, since)| *since + grace > Instant::now())
+        self.pending(path, grace).is_some()
     }
 
     /// The path resolved (registered, failed for certain, or unregistered).
@@ -105,5 +168,23 @@ mod tests {
         let sent = Instant::now();
         tokio::time::advance(Duration::from_secs(45)).await;
         assert_eq!(inflight.deadline(&path(), "me/1", grace), sent + grace);
+        assert_eq!(inflight.pending(&path(), grace).as_deref(), Some("me/1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_known_to_have_ended_is_not_in_doubt() {
+        let inflight = InFlight::default();
+        let grace = Duration::from_secs(60);
+        inflight.started(&path(), "me/1");
+        inflight.ended(&path(), "other/1");
+        assert!(
+            inflight.in_doubt(&path(), grace),
+            "another token ends nothing"
+        );
+        inflight.ended(&path(), "me/1");
+        assert!(inflight.is_ended(&path(), "me/1"));
+        assert!(!inflight.in_doubt(&path(), grace));
+        assert_eq!(inflight.deadline(&path(), "me/1", grace), Instant::now());
+        assert_eq!(inflight.pending(&path(), grace), None);
     }
 }

@@ -27,6 +27,7 @@ use tracing::debug;
 use crate::api::Phase;
 use crate::backend::{BackendError, CreateVolumeRequest, VolumeBackend, VolumeId};
 use crate::metrics::{Metrics, RegistrationStage};
+use crate::syncer_lease::{NotRegistrar, RegistrarModeGate};
 use crate::volume_path::VolumePath;
 
 mod create;
@@ -75,6 +76,8 @@ pub mod reason {
     pub const NAME_COLLISION: &str = "NameCollision";
     /// A create may still be running in vCenter; waiting for it before creating again.
     pub const CREATE_OUTCOME_UNKNOWN: &str = "CreateOutcomeUnknown";
+    /// The CSI driver's syncer registers now (docs/design.md §8.2); volmig adopts its volume.
+    pub const AWAITING_CSI_DRIVER: &str = "AwaitingCsiDriver";
 }
 
 /// Tuning of a [`Registrar`].
@@ -105,6 +108,11 @@ pub struct RegistrarConfig {
     /// Where each registration's stages are recorded
     /// (`volmig_registration_stage_seconds`); `None` records nothing.
     pub metrics: Option<Metrics>,
+    /// Whether volmig or the CSI driver's syncer registers now (docs/design.md §8.2):
+    /// checked before every write-ahead and every create.
+    pub mode: RegistrarModeGate,
+    /// How soon a path is looked at again while the driver's syncer registers.
+    pub follow_poll: Duration,
 }
 
 /// Looks up the volume IDs the CSI driver's cache holds for a path.
@@ -116,6 +124,9 @@ pub const DEFAULT_IN_FLIGHT_GRACE: Duration = Duration::from_secs(660);
 
 /// Default of [`RegistrarConfig::adoption_poll`].
 pub const DEFAULT_ADOPTION_POLL: Duration = Duration::from_secs(5);
+
+/// Default of [`RegistrarConfig::follow_poll`].
+pub const DEFAULT_FOLLOW_POLL: Duration = Duration::from_secs(15);
 
 impl RegistrarConfig {
     /// Defaults of the command line: 8 concurrent calls, 50 calls/s, always leader.
@@ -131,7 +142,21 @@ impl RegistrarConfig {
             instance: "volmig".to_owned(),
             driver_ids: None,
             metrics: None,
+            mode: RegistrarModeGate::always_own(),
+            follow_poll: DEFAULT_FOLLOW_POLL,
         }
+    }
+
+    /// Creates only while `mode` says volmig is the registrar.
+    pub fn with_mode_gate(mut self, mode: RegistrarModeGate) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets how soon a path is looked at again while the driver's syncer registers.
+    pub fn with_follow_poll(mut self, poll: Duration) -> Self {
+        self.follow_poll = poll;
+        self
     }
 
     /// Records where each registration's time goes into `metrics`.
@@ -198,7 +223,7 @@ pub struct Registrar {
     /// IDs the backend returned that are not stored yet (rule 4).
     unsaved: Mutex<HashMap<VolumePath, VolumeId>>,
     /// Creates that may still be running in vCenter (rules 8 and 10).
-    in_flight: InFlight,
+    in_flight: Arc<InFlight>,
     config: RegistrarConfig,
 }
 
@@ -220,7 +245,7 @@ impl Registrar {
             locks: KeyedLock::default(),
             gate,
             unsaved: Mutex::new(HashMap::new()),
-            in_flight: InFlight::default(),
+            in_flight: Arc::default(),
             config,
         }
     }
@@ -238,6 +263,11 @@ impl Registrar {
     /// The retry policy (also used by callers to schedule requeues).
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.config.retry
+    }
+
+    /// The CNS container-cluster ID this registrar writes on its registrations.
+    pub fn cluster_id(&self) -> &str {
+        &self.config.cluster_id
     }
 
     /// Keys currently locked or awaited (0 when idle: entries never leak).
@@ -286,6 +316,18 @@ impl Registrar {
         stages::timed(RegistrationStage::BackendSlotWait, self.gate.enter(lane))
             .await
             .map_err(|source| self.not_leader(path, source))
+    }
+
+    /// `Ok` when volmig is the registrar now (docs/design.md §8.2).
+    fn may_create(&self, path: &VolumePath) -> Result<(), RegisterError> {
+        self.config
+            .mode
+            .may_create()
+            .map_err(|source| RegisterError::NotRegistrar {
+                path: path.clone(),
+                source,
+                retry_after: self.config.follow_poll,
+            })
     }
 
     fn not_leader(&self, path: &VolumePath, source: NotLeader) -> RegisterError {
@@ -422,6 +464,7 @@ fn create_request(
         name: path.cns_volume_name(),
         cluster_id: config.cluster_id.clone(),
         storage_policy_name: storage_policy,
+        fence: crate::backend::SendFence::none(),
     }
 }
 

@@ -207,22 +207,35 @@ impl Registrar {
         let request = create_request(&self.config, path, policy);
         let grace = self.config.in_flight_grace;
         let version = state.as_ref().and_then(|s| s.version.clone());
+        // A create of this process still in doubt is a marker too, whatever the status
+        // says now (another writer may have replaced the stored one).
         let marker = state
             .as_ref()
             .filter(|s| s.phase == Some(Phase::Registering))
-            .and_then(|s| s.marker.clone());
+            .and_then(|s| s.marker.clone())
+            .or_else(|| self.in_flight.pending(path, grace));
         // The CSI driver's own cache is the first adoption source (docs/design.md §8.2): pods may
         // already be attached with the ID it holds.
         if let Some(lookup) = &self.config.driver_ids {
             let ids = lookup(path);
             if !ids.is_empty() {
-                let live = self
+                let mut live = self
                     .call_held(path, held, Lane::Started, || async {
                         let mut live = self.backend.volumes_by_id(&ids).await?;
                         date_volumes_of_one_disk(self.backend.as_ref(), &mut live).await;
                         Ok(live)
                     })
                     .await?;
+                // An ID is adopted only when CNS says it backs this vmdk (docs/design.md
+                // §4.3): a stale or hand-made object may map the path to another disk.
+                live.retain(|volume| match &volume.backing_path {
+                    Some(backing) if backing != path => {
+                        warn!(%path, volume_id = %volume.id, backs = %backing,
+                            "not adopting the ID the CSI driver's cache holds: CNS says it backs another disk");
+                        false
+                    }
+                    _ => true,
+                });
                 if let Some(volume) = crate::backend::selection::oldest(&live) {
                     info!(%path, volume_id = %volume.id, "adopting the ID the CSI driver's cache holds");
                     return self
@@ -241,6 +254,11 @@ impl Registrar {
             if *creates >= MAX_CREATES_PER_CALL {
                 held.release();
                 return Err(self.outcome_unknown(path, *creates));
+            }
+            if let Err(not_registrar) = self.may_create(path) {
+                // The driver's syncer registers: look, adopt what it made, write nothing
+                // ahead (docs/design.md §8.2).
+                return self.look_only(&step, version, held, not_registrar).await;
             }
             return self.look_and_create(&step, version, creates, held).await;
         };
@@ -276,6 +294,10 @@ impl Registrar {
             held.release();
             return Err(self.outcome_unknown(path, *creates));
         }
+        if let Err(not_registrar) = self.may_create(path) {
+            held.release();
+            return Err(not_registrar);
+        }
 
         // The marker is written under the create's slot: it dates a create that can start
         // right after it, not one still queued for a slot.
@@ -303,6 +325,43 @@ impl Registrar {
                 path: path.clone(),
                 source,
             }),
+        }
+    }
+
+    /// One look at CNS without a write-ahead: adopts a volume of the path if there is one,
+    /// else fails with `not_registrar` (volmig may not create now).
+    async fn look_only(
+        &self,
+        step: &CreateStep<'_>,
+        version: Option<Version>,
+        held: &mut HeldSlot,
+        not_registrar: RegisterError,
+    ) -> Result<Attempt, RegisterError> {
+        let path = step.path;
+        let existing = self
+            .call_held(path, held, Lane::Started, || async {
+                let mut found = self.backend.find_volumes(&step.request.name, path).await?;
+                date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
+                Ok(found)
+            })
+            .await?;
+        match choose_adoptee(&existing, &step.request.name) {
+            Some(volume) => {
+                info!(%path, volume_id = %volume.id, "adopting the volume the CSI driver registered");
+                self.adopt(
+                    path,
+                    volume.id.clone(),
+                    step.disk_uuid,
+                    step.attempts,
+                    version,
+                    held,
+                )
+                .await
+            }
+            None => {
+                held.release();
+                Err(not_registrar)
+            }
         }
     }
 
@@ -419,18 +478,19 @@ impl Registrar {
         }
     }
 
-    /// Records a failure in the status, unless doing so could hide a create in flight (the
-    /// `Registering` marker stays) or there is nothing this replica may write.
+    /// Records a failure in the status. A stored `Registering` marker is cleared only by
+    /// proof that no create can still land under it (vCenter refused that create): any
+    /// other failure is recorded beside the marker (`Stalled`), so the next attempt still
+    /// waits for the create (docs/design.md §4.8). Leader-fenced and conditional on a fresh
+    /// read (§4.9).
     async fn record_failure(&self, path: &VolumePath, error: &RegisterError, attempts: u32) {
-        let in_doubt = self.in_flight.in_doubt(path, self.config.in_flight_grace);
-        if in_doubt
-            || matches!(
-                error,
-                RegisterError::NotLeader { .. }
-                    | RegisterError::Store { .. }
-                    | RegisterError::OutcomeUnknown { .. }
-            )
-        {
+        if matches!(
+            error,
+            RegisterError::NotLeader { .. }
+                | RegisterError::NotRegistrar { .. }
+                | RegisterError::Store { .. }
+                | RegisterError::OutcomeUnknown { .. }
+        ) {
             return;
         }
         // Conditional on a fresh read: a failure never hides an ID stored meanwhile.
@@ -443,22 +503,68 @@ impl Registrar {
                     return;
                 }
             };
-        let retry_after = error
-            .is_retryable()
-            .then(|| self.config.retry.delay(attempts));
-        let update = StatusUpdate::Failed {
-            reason: error.reason().to_owned(),
-            message: crate::error_chain(error),
-            attempts,
-            retry_after,
+        let update = match decide_failure_record(
+            &current,
+            |token| self.in_flight.is_ended(path, token),
+            self.in_flight.in_doubt(path, self.config.in_flight_grace),
+        ) {
+            FailureRecord::Nothing => return,
+            FailureRecord::BesideMarker => StatusUpdate::Stalled {
+                reason: error.reason().to_owned(),
+                message: crate::error_chain(error),
+            },
+            FailureRecord::Failed => StatusUpdate::Failed {
+                reason: error.reason().to_owned(),
+                message: crate::error_chain(error),
+                attempts,
+                retry_after: error
+                    .is_retryable()
+                    .then(|| self.config.retry.delay(attempts)),
+            },
         };
+        if self.fence(path).is_err() {
+            return;
+        }
         let saved = stages::timed(
             RegistrationStage::StatusWriteResult,
             self.store.save(path, &update, current.version.as_ref()),
         )
         .await;
-        if let Err(e) = saved {
-            warn!(%path, error = %e, "could not record the failure in the status");
+        match saved {
+            Ok(_) if matches!(update, StatusUpdate::Failed { .. }) => self.in_flight.forget(path),
+            Ok(_) => {}
+            Err(e) => warn!(%path, error = %e, "could not record the failure in the status"),
         }
+    }
+}
+
+/// How a failed attempt may be recorded over the stored state.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum FailureRecord {
+    /// Write nothing: a create of this process may be in flight and no marker says so.
+    Nothing,
+    /// Record the error and keep phase and marker (`Stalled`).
+    BesideMarker,
+    /// `Failed`: no create can be in flight.
+    Failed,
+}
+
+/// Pure: what a failure may write over `current`. `ended(token)` is true when vCenter
+/// refused the create under that marker; `own_in_doubt` when this process has a create of
+/// the path in doubt.
+pub(super) fn decide_failure_record(
+    current: &StoredState,
+    ended: impl Fn(&str) -> bool,
+    own_in_doubt: bool,
+) -> FailureRecord {
+    let marker = current
+        .marker
+        .as_deref()
+        .filter(|_| current.phase == Some(Phase::Registering));
+    match marker {
+        Some(token) if ended(token) => FailureRecord::Failed,
+        Some(_) => FailureRecord::BesideMarker,
+        None if own_in_doubt => FailureRecord::Nothing,
+        None => FailureRecord::Failed,
     }
 }

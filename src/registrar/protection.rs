@@ -10,8 +10,8 @@ use crate::volume_path::VolumePath;
 
 impl Registrar {
     /// Keeps the disk of `volume_id` when its VM is deleted (docs/design.md §8.3), under the
-    /// slot in `held` if there is one; true when it is known to be protected. A failure
-    /// is logged; full sync tries again.
+    /// slot in `held` if there is one; true only when the backend set or verified the flag
+    /// (never for a vCenter release alone). A failure is logged; full sync tries again.
     pub(super) async fn try_protect(
         &self,
         path: &VolumePath,
@@ -27,7 +27,12 @@ impl Registrar {
             })
             .await
         {
-            Ok(protection) => protection.is_protected(),
+            Ok(protection) if protection.is_protected() => true,
+            Ok(protection) => {
+                warn!(%path, %volume_id, ?protection,
+                    "the disk is not known to be protected from VM deletion; full sync tries again");
+                false
+            }
             Err(e) => {
                 warn!(%path, %volume_id, error = %crate::error_chain(&e),
                     "could not protect the disk from VM deletion; full sync tries again");
@@ -106,5 +111,77 @@ impl Registrar {
                 source,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::{InMemoryStatusStore, Registrar, RegistrarConfig, StatusUpdate};
+    use crate::backend::memory::InMemoryBackend;
+    use crate::backend::{CreateVolumeRequest, SendFence, VolumeBackend, VolumeId};
+    use crate::volume_path::VolumePath;
+
+    /// A registrar over `backend`, and a vmdk the CSI driver registered already.
+    async fn registered_by_the_driver(
+        backend: &Arc<InMemoryBackend>,
+    ) -> (Registrar, Arc<InMemoryStatusStore>, VolumePath, VolumeId) {
+        let path = VolumePath::parse("[LocalDS_0] kubevols/disk-0001.vmdk").expect("path");
+        backend.add_disk(&path);
+        let request = CreateVolumeRequest {
+            path: path.clone(),
+            name: "pvc-driver-1".into(),
+            cluster_id: "cluster-1".into(),
+            storage_policy_name: None,
+            fence: SendFence::none(),
+        };
+        let id = backend
+            .create_volume(&request)
+            .await
+            .expect("driver's create");
+        let store = Arc::new(InMemoryStatusStore::default());
+        let config = RegistrarConfig::new("cluster-1").with_rate_limit(None);
+        let registrar = Registrar::new(backend.clone(), store.clone(), config);
+        (registrar, store, path, id)
+    }
+
+    /// What the status recorded about protection, in order.
+    fn recorded(store: &InMemoryStatusStore) -> Vec<bool> {
+        let protected = |update: &StatusUpdate| match update {
+            StatusUpdate::Registered { protected, .. } => Some(*protected),
+            StatusUpdate::Protected => Some(true),
+            _ => None,
+        };
+        store
+            .history()
+            .iter()
+            .filter_map(|(_, u)| protected(u))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn from_803_an_adopted_volume_is_recorded_protected_only_once_its_flag_is_set() {
+        let backend = Arc::new(InMemoryBackend::new());
+        let (registrar, store, path, id) = registered_by_the_driver(&backend).await;
+        backend.set_registration_protects(true);
+        let registration = registrar.register(&path).await.expect("adopted");
+        assert_eq!(registration.volume_id, id);
+        assert_eq!(recorded(&store), [true]);
+        assert!(backend.has_keep_flag(&id), "recorded, so actually set");
+    }
+
+    #[tokio::test]
+    async fn a_flag_that_does_not_stick_is_never_recorded_as_protection() {
+        let backend = Arc::new(InMemoryBackend::new());
+        let (registrar, store, path, id) = registered_by_the_driver(&backend).await;
+        backend.set_flags_ignored(true);
+        registrar.register(&path).await.expect("adopted");
+        assert!(!registrar.protect(&path, &id).await.expect("repair"));
+        assert_eq!(recorded(&store), [false]);
+        backend.set_flags_ignored(false);
+        assert!(registrar.protect(&path, &id).await.expect("repair"));
+        assert_eq!(recorded(&store), [false, true]);
+        assert!(backend.has_keep_flag(&id));
     }
 }

@@ -81,6 +81,15 @@ pub enum StatusUpdate {
         /// When the next automatic retry is due; `None` waits for a change or full sync.
         retry_after: Option<Duration>,
     },
+    /// The attempt failed while a create may still be in flight under the stored
+    /// `Registering` marker: the error is recorded, phase and marker stay
+    /// (docs/design.md §4.8).
+    Stalled {
+        /// Machine-readable reason (`BackendUnavailable`, ...).
+        reason: String,
+        /// Human-readable message.
+        message: String,
+    },
     /// Unregistration started.
     Unregistering,
     /// The CNS registration is gone; volume ID and phase are cleared.
@@ -163,7 +172,7 @@ pub trait StatusStore: Send + Sync + 'static {
 pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
     if !matches!(
         update,
-        StatusUpdate::Registering { .. } | StatusUpdate::Protected
+        StatusUpdate::Registering { .. } | StatusUpdate::Protected | StatusUpdate::Stalled { .. }
     ) {
         state.marker = None;
     }
@@ -186,7 +195,7 @@ pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
             state.phase = Some(Phase::Failed);
             state.attempts = *attempts;
         }
-        StatusUpdate::Protected => {}
+        StatusUpdate::Protected | StatusUpdate::Stalled { .. } => {}
         StatusUpdate::Unregistering => state.phase = Some(Phase::Unregistering),
         StatusUpdate::Unregistered => {
             let version = state.version.take();

@@ -6,10 +6,9 @@ use std::collections::BTreeSet;
 use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
-use super::{Lane, RegisterError, Registrar, StatusUpdate};
+use super::{Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind, Version};
 use crate::api::Phase;
 use crate::backend::{CnsVolume, ErrorClass, VolumeId};
-use crate::volume_path::CNS_NAME_PREFIX;
 use crate::volume_path::VolumePath;
 
 impl Registrar {
@@ -50,16 +49,23 @@ impl Registrar {
                     self.backend.volumes_by_id(&unverified)
                 })
                 .await?;
-            for volume in live.iter().filter(|v| backs_another_disk(v, path)) {
+            for volume in live.iter().filter(|v| !proven_of(v, path)) {
                 warn!(%path, volume_id = %volume.id, other = ?volume.backing_path, name = %volume.name,
-                    "not unregistering: this CNS volume belongs to another disk");
+                    "not unregistering: CNS does not say this volume backs this disk");
                 ids.remove(&volume.id);
             }
         }
         ids.extend(found.into_iter().filter(|v| v.name == name).map(|v| v.id));
 
+        // Both status writes are leader-fenced and conditional on the state this decision
+        // was made on (docs/design.md §4.9): an object recreated and registered anew
+        // meanwhile is never cleared by this replica.
+        let mut version = state.as_ref().and_then(|s| s.version.clone());
         if state.is_some() {
-            self.save_plain(path, &StatusUpdate::Unregistering).await?;
+            version = Some(
+                self.save_fenced(path, &StatusUpdate::Unregistering, version.as_ref())
+                    .await?,
+            );
         }
         for id in &ids {
             self.delete(path, id).await?;
@@ -67,7 +73,8 @@ impl Registrar {
         self.unsaved_map().remove(path);
         self.in_flight.forget(path);
         if state.is_some() {
-            self.save_plain(path, &StatusUpdate::Unregistered).await?;
+            self.save_fenced(path, &StatusUpdate::Unregistered, version.as_ref())
+                .await?;
         }
         Ok(())
     }
@@ -110,18 +117,25 @@ impl Registrar {
         }
     }
 
-    /// Saves an update that carries no volume ID, retrying retryable store errors.
-    async fn save_plain(
+    /// Saves an update that carries no volume ID, only as the leader and only over
+    /// `expect`; retries an unavailable store, never a conflict (the state changed: the
+    /// caller decides again from a fresh read).
+    async fn save_fenced(
         &self,
         path: &VolumePath,
         update: &StatusUpdate,
-    ) -> Result<(), RegisterError> {
+        expect: Option<&Version>,
+    ) -> Result<Version, RegisterError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.store.save(path, update, None).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_retryable() && attempt < self.config.retry.attempts_per_call => {
+            self.fence(path)?;
+            match self.store.save(path, update, expect).await {
+                Ok(version) => return Ok(version),
+                Err(e)
+                    if e.kind == StoreErrorKind::Unavailable
+                        && attempt < self.config.retry.attempts_per_call =>
+                {
                     tokio::time::sleep(self.config.retry.delay(attempt)).await;
                 }
                 Err(source) => {
@@ -135,10 +149,12 @@ impl Registrar {
     }
 }
 
-/// Whether CNS says `volume` is another disk's: its backing path, or volmig's name of
-/// another path. A volume with neither (a foreign name, no backing path) gets the benefit
-/// of the doubt, as in full sync.
-fn backs_another_disk(volume: &CnsVolume, path: &VolumePath) -> bool {
-    volume.backing_path.as_ref().is_some_and(|b| b != path)
-        || (volume.name.starts_with(CNS_NAME_PREFIX) && volume.name != path.cns_volume_name())
+/// Whether CNS says `volume` backs `path`: its backing path is `path`, or it has no
+/// backing path and volmig's name of `path`. Anything else is in doubt, and a volume in
+/// doubt is never unregistered (docs/design.md §5.1).
+fn proven_of(volume: &CnsVolume, path: &VolumePath) -> bool {
+    match &volume.backing_path {
+        Some(backing) => backing == path,
+        None => volume.name == path.cns_volume_name(),
+    }
 }

@@ -1,17 +1,21 @@
 //! The report's reads from the Kubernetes API: PVs, VolumeMigrations and (unless turned
 //! off) the vSphere CSI driver's `CnsVSphereVolumeMigration` objects, each as one paged
-//! list (500 per page, `continue` tokens), run concurrently. Read-only: no writes, no
-//! per-PV requests.
+//! list (500 per page, `continue` tokens), run concurrently, and one GET of the driver's
+//! syncer Lease. Read-only: no writes, no per-PV requests.
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Resource;
+use kube::api::Api;
 use kube::core::ApiResource;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::model::{DriverCache, DriverCacheRequirement, DriverObject, InTreePv, Inputs};
+use super::registrar::{SyncerLease, SyncerLeaseRead};
 use crate::api::VolumeMigration;
 use crate::k8s::paged::{ItemMeta, PvPath, for_each_item_page};
+use crate::syncer_lease::SyncerLeaseConfig;
 
 /// Objects per list page.
 pub const PAGE_SIZE: u32 = 500;
@@ -53,22 +57,25 @@ impl std::fmt::Display for FetchError {
                 }
                 Ok(())
             }
-            other => {
-                // the whole chain, each cause once (some errors repeat their source's text)
-                let mut text = other.to_string();
-                let mut source = std::error::Error::source(other);
-                while let Some(cause) = source {
-                    let cause_text = cause.to_string();
-                    if !text.contains(&cause_text) {
-                        text.push_str(": ");
-                        text.push_str(&cause_text);
-                    }
-                    source = cause.source();
-                }
-                f.write_str(&text)
-            }
+            other => f.write_str(&error_chain(other)),
         }
     }
+}
+
+/// The error and its whole chain of causes, each once (some errors repeat their source's
+/// text).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl std::error::Error for FetchError {}
@@ -118,6 +125,37 @@ pub async fn read_inputs(
         migrations,
         driver,
     })
+}
+
+/// The vSphere CSI driver's syncer Lease of `config`, with one GET; never fails the report:
+/// a 404 is [`SyncerLeaseRead::Absent`], any other error (a 403: no RBAC for it) is
+/// [`SyncerLeaseRead::Unreadable`]. An empty Lease name reads nothing.
+pub async fn read_syncer_lease(
+    client: kube::Client,
+    config: &SyncerLeaseConfig,
+) -> SyncerLeaseRead {
+    if config.lease_name.is_empty() {
+        return SyncerLeaseRead::NotNamed;
+    }
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    match api.get_opt(&config.lease_name).await {
+        Ok(None) => SyncerLeaseRead::Absent,
+        Ok(Some(lease)) => SyncerLeaseRead::Found(
+            lease
+                .spec
+                .as_ref()
+                .map(SyncerLease::from)
+                .unwrap_or_default(),
+        ),
+        Err(kube::Error::Api(status)) => SyncerLeaseRead::Unreadable {
+            code: Some(status.code),
+            message: status.message.clone(),
+        },
+        Err(other) => SyncerLeaseRead::Unreadable {
+            code: None,
+            message: error_chain(&other),
+        },
+    }
 }
 
 #[derive(Debug, Deserialize)]

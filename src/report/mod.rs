@@ -6,18 +6,27 @@
 //! ready. Ready means Registered, and published when the driver cache is required
 //! (`--require-driver-cache`: `auto` = when its CRD is served).
 //!
-//! - [`fetch`]: three paged lists, concurrently; no per-PV request, no write.
+//! It also names the registrar (docs/design.md §8.7): volmig ("own") or the vSphere CSI
+//! driver's syncer ("follow"), from one read of the syncer's Lease; that line never changes
+//! the verdict or the exit code.
+//!
+//! - [`fetch`]: three paged lists and one GET, concurrently; no per-PV request, no write.
 //! - [`model`]: the join (hash maps, O(n)) and the verdict; pure.
+//! - [`registrar`]: who registers, from the Lease as read and the wall clock; pure.
 //! - [`render`]: table, JSON, CSV; pure.
 
 pub mod fetch;
 pub mod model;
+pub mod registrar;
 pub mod render;
 
 pub use crate::cli::ReportArgs;
 pub use fetch::FetchError;
 pub use model::{DriverCacheRequirement, Report, Row, build};
+pub use registrar::{Registrar, SyncerLeaseRead};
 pub use render::{Format, RowFilter, render, verdict};
+
+use crate::syncer_lease::SyncerLeaseConfig;
 
 /// Exit code: every in-tree PV is ready.
 pub const EXIT_READY: u8 = 0;
@@ -50,8 +59,20 @@ impl Rendered {
 
 /// `volmig report`: reads the cluster and renders the report as `args` asks.
 pub async fn run(client: kube::Client, args: &ReportArgs) -> Result<Rendered, FetchError> {
-    let inputs = fetch::read_inputs(client, args.require_driver_cache).await?;
-    let report = build(&inputs, args.require_driver_cache);
+    let syncer = SyncerLeaseConfig {
+        namespace: args.driver_namespace.clone(),
+        lease_name: args.driver_syncer_lease.clone(),
+    };
+    let lease = async {
+        let read = fetch::read_syncer_lease(client.clone(), &syncer).await;
+        (read, jiff::Timestamp::now())
+    };
+    let (inputs, (lease, read_at)) = tokio::join!(
+        fetch::read_inputs(client.clone(), args.require_driver_cache),
+        lease
+    );
+    let mut report = build(&inputs?, args.require_driver_cache);
+    report.registrar = Some(registrar::decide(&syncer, &lease, read_at));
     let filter = if args.not_ready {
         RowFilter::NotReady
     } else {

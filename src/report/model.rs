@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::registrar::Registrar;
 use crate::api::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
@@ -182,6 +183,9 @@ pub struct Report {
     pub totals: Totals,
     /// One entry per reason present, in reason order.
     pub advice: Vec<Advice>,
+    /// Who registers in-tree vmdks (`None`: the driver's syncer Lease was not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registrar: Option<Registrar>,
     /// One row per in-tree PV, sorted by PV name.
     pub rows: Vec<Row>,
 }
@@ -323,6 +327,7 @@ pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
                 blocking,
             })
             .collect(),
+        registrar: None,
         rows,
     }
 }

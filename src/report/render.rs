@@ -8,12 +8,13 @@ use super::model::{Report, Row, phase_label};
 /// `-o`: the output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Format {
-    /// Aligned columns with a summary, totals and what to do.
+    /// Aligned columns with a summary (the registrar among it), totals and what to do.
     #[default]
     Table,
-    /// One JSON object: summary, totals, advice and rows.
+    /// One JSON object: summary, registrar, totals, advice and rows.
     Json,
-    /// One header line and one line per in-tree PV (RFC 4180 quoting).
+    /// One header line and one line per in-tree PV (RFC 4180 quoting); rows only, no
+    /// summary and no registrar.
     Csv,
 }
 
@@ -116,6 +117,9 @@ fn table(report: &Report, filter: RowFilter) -> String {
         "not required"
     };
     let _ = writeln!(out, "Driver cache: {served}; publication {required}");
+    if let Some(registrar) = &report.registrar {
+        let _ = writeln!(out, "{}", registrar.line());
+    }
     out.push('\n');
 
     let rows: Vec<[&str; 8]> = report
@@ -257,7 +261,8 @@ fn csv(report: &Report, filter: RowFilter) -> String {
     out
 }
 
-fn write_csv_record<'a>(out: &mut String, fields: impl IntoIterator<Item = &'a str>) {
+/// Appends one CSV record (RFC 4180 quoting, CRLF line end).
+pub(crate) fn write_csv_record<'a>(out: &mut String, fields: impl IntoIterator<Item = &'a str>) {
     for (i, field) in fields.into_iter().enumerate() {
         if i > 0 {
             out.push(',');

@@ -3,6 +3,7 @@ use crate::api::Phase;
 use crate::report::model::{
     Advice, DriverCacheSummary, NO_PHASE, PvCounts, Report, Row, Totals, reason,
 };
+use crate::report::registrar::{Mode, Registrar};
 
 /// A small RFC 4180 reader: records of fields; quoted fields may hold `,`, `"` (doubled)
 /// and line breaks; records end in CRLF (or LF).
@@ -123,8 +124,26 @@ fn sample() -> Report {
                 action: crate::report::model::action(r).into(),
             })
             .into(),
+        registrar: None,
         rows,
     }
+}
+
+/// [`sample`] with the registrar read from a live syncer Lease.
+fn sample_with_registrar() -> Report {
+    let mut report = sample();
+    report.registrar = Some(Registrar {
+        mode: Mode::Follow,
+        lease: Some("vmware-system-csi/vsphere-syncer".into()),
+        holder: Some("vsphere-csi-controller-x".into()),
+        renew_time: Some("2026-12-07T01:02:03Z".parse().unwrap()),
+        lease_duration_seconds: Some(30),
+        why: "the CSI driver's syncer vsphere-csi-controller-x (Lease \
+              vmware-system-csi/vsphere-syncer, renewed 2026-12-07T01:02:03Z, 30 s) registers \
+              in-tree vmdks; volmig adopts its volumes"
+            .into(),
+    });
+    report
 }
 
 #[test]
@@ -288,4 +307,57 @@ fn the_csv_reader_rejects_broken_input() {
         parse_csv("a,\"b,\"\"c\"\"\r\nd\"\r\n").unwrap(),
         vec![vec!["a".to_owned(), "b,\"c\"\r\nd".to_owned()]]
     );
+}
+
+#[test]
+fn table_names_the_registrar_under_the_summary() {
+    let out = render(&sample_with_registrar(), Format::Table, RowFilter::All);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].starts_with("Driver cache: "), "{out}");
+    assert_eq!(
+        lines[2],
+        "Registrar: follow — the CSI driver's syncer vsphere-csi-controller-x (Lease \
+         vmware-system-csi/vsphere-syncer, renewed 2026-12-07T01:02:03Z, 30 s) registers \
+         in-tree vmdks; volmig adopts its volumes"
+    );
+    assert_eq!(lines[3], "");
+    assert!(lines[4].starts_with("PV "), "{out}");
+    assert_eq!(out.matches("Registrar:").count(), 1);
+    // the verdict is the rows' only
+    assert!(
+        out.ends_with(&format!("\n{}\n", verdict(&sample()))),
+        "{out}"
+    );
+
+    let out = render(&sample(), Format::Table, RowFilter::All);
+    assert!(!out.contains("Registrar:"), "not read, not shown: {out}");
+}
+
+#[test]
+fn json_has_the_registrar_object() {
+    let out = render(&sample_with_registrar(), Format::Json, RowFilter::NotReady);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["registrar"],
+        serde_json::json!({
+            "mode": "follow",
+            "lease": "vmware-system-csi/vsphere-syncer",
+            "holder": "vsphere-csi-controller-x",
+            "renewTime": "2026-12-07T01:02:03Z",
+            "leaseDurationSeconds": 30,
+            "why": sample_with_registrar().registrar.unwrap().why,
+        })
+    );
+    assert_eq!(v["ready"], false, "the verdict is unchanged");
+    let v: serde_json::Value =
+        serde_json::from_str(&render(&sample(), Format::Json, RowFilter::All)).unwrap();
+    assert_eq!(v.get("registrar"), None);
+}
+
+#[test]
+fn csv_stays_rows_only_with_a_registrar() {
+    let report = sample_with_registrar();
+    let out = render(&report, Format::Csv, RowFilter::All);
+    assert_eq!(out, render(&sample(), Format::Csv, RowFilter::All));
+    assert_eq!(parse_csv(&out).unwrap().len(), 1 + report.rows.len());
 }

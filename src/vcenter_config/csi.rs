@@ -4,6 +4,9 @@
 //! `\n`, `\t` escapes; `;` and `#` start a comment outside quotes; a key without `=` is a
 //! boolean `true`; a line ending in `\` continues on the next one. Unknown sections and
 //! keys (the driver has many) are ignored.
+//!
+//! The file holds the vCenter password, so errors name the line, the section and the key,
+//! never any part of a value (nor of a line that does not start with a key name).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,7 @@ use url::Url;
 
 use crate::backend::cns::Password;
 
-/// Why a `csi-vsphere.conf` cannot be used.
+/// Why a `csi-vsphere.conf` cannot be used. No message repeats a value of the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CsiConfigError {
     /// The INI text is malformed.
@@ -20,7 +23,7 @@ pub enum CsiConfigError {
     Syntax {
         /// 1-based line number.
         line: usize,
-        /// What is wrong.
+        /// What is wrong, after the section and key it is in (never their value).
         message: String,
     },
     /// The text parses but does not describe exactly one usable vCenter.
@@ -34,7 +37,66 @@ struct Entry {
     key: String,
     value: Option<String>,
     line: usize,
+    /// The section as errors show it ([`section_label`]).
+    section: String,
 }
+
+impl Entry {
+    /// An error about this entry's value, which it does not show.
+    fn error(&self, message: &str) -> CsiConfigError {
+        CsiConfigError::Syntax {
+            line: self.line,
+            message: locate(Some(&self.section), Some(&self.key), message),
+        }
+    }
+}
+
+/// The keys volmig reads. A line that starts with one of them but has no `=` names it in
+/// the error; any other name there could be the start of a misplaced value (a password on
+/// a line of its own), so it is not shown.
+const KNOWN_KEYS: &[&str] = &[
+    "cluster-id",
+    "cluster-distribution",
+    "user",
+    "password",
+    "port",
+    "datacenters",
+    "insecure-flag",
+    "ca-file",
+    "thumbprint",
+];
+
+/// A section as errors show it: its name, never the quoted subsection (the host, which
+/// could hold a `user:password@`).
+fn section_label(name: &str) -> String {
+    match name {
+        "global" => "[Global]".to_owned(),
+        "virtualcenter" => "[VirtualCenter]".to_owned(),
+        other => format!("[{other}]"),
+    }
+}
+
+/// `[Section] key: message`, leaving out what is not known.
+fn locate(section: Option<&str>, key: Option<&str>, message: &str) -> String {
+    match (section, key) {
+        (Some(section), Some(key)) => format!("{section} {key}: {message}"),
+        (Some(section), None) => format!("{section}: {message}"),
+        (None, Some(key)) => format!("{key}: {message}"),
+        (None, None) => message.to_owned(),
+    }
+}
+
+/// How errors show a host: as written, unless it holds a `user@` (then not at all).
+fn shown_host(host: &str) -> &str {
+    if host.contains('@') {
+        "<a host with a user@, not shown>"
+    } else {
+        host
+    }
+}
+
+/// The refusal of a `[VirtualCenter "user:password@host"]`; it shows neither.
+const CREDENTIALS_IN_HOST: &str = "[VirtualCenter \"<host>\"] must name the vCenter host only, without credentials (user:password@, not shown here); put them in the user and password keys";
 
 /// One section: lower-case name, the quoted subsection as written, its entries in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +184,10 @@ impl CsiConfig {
                 return Err(invalid(format!(
                     "{} [VirtualCenter] sections ({}): volmig supports exactly one vCenter",
                     many.len(),
-                    many.join(", ")
+                    many.iter()
+                        .map(|h| shown_host(h))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         };
@@ -151,19 +216,12 @@ impl CsiConfig {
         };
         let port = match lookup("port") {
             None => 443,
-            Some(Entry {
-                value: Some(v),
-                line,
-                ..
-            }) if !v.trim().is_empty() => v
+            Some(entry @ Entry { value: Some(v), .. }) if !v.trim().is_empty() => v
                 .trim()
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p > 0)
-                .ok_or_else(|| CsiConfigError::Syntax {
-                    line: *line,
-                    message: format!("port {v:?} is not a TCP port (1-65535)"),
-                })?,
+                .ok_or_else(|| entry.error("not a TCP port (a number from 1 to 65535)"))?,
             Some(_) => 443,
         };
         let insecure = match lookup("insecure-flag") {
@@ -201,9 +259,14 @@ impl CsiConfig {
         Self::parse(&text).map_err(|e| format!("CSI config {}: {e}", path.display()))
     }
 
-    /// `https://<host>:<port>/sdk` (IPv6 hosts in brackets).
+    /// `https://<host>:<port>/sdk` (IPv6 hosts in brackets). A host with a `user@` or
+    /// `user:password@` is refused without being shown.
     pub fn url(&self) -> Result<Url, CsiConfigError> {
         let host = self.host.trim();
+        // Only an `@` makes a user part of a URL.
+        if host.contains('@') {
+            return Err(CsiConfigError::Invalid(CREDENTIALS_IN_HOST.to_owned()));
+        }
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -226,10 +289,7 @@ fn parse_bool(entry: &Entry) -> Result<bool, CsiConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" | "" => Ok(false),
-        _ => Err(CsiConfigError::Syntax {
-            line: entry.line,
-            message: format!("{}: {value:?} is not a boolean (true/false)", entry.key),
-        }),
+        _ => Err(entry.error("not a boolean (true or false)")),
     }
 }
 
@@ -248,43 +308,58 @@ fn parse_ini(text: &str) -> Result<Vec<Section>, CsiConfigError> {
             logical.push_str(lines[i].strip_suffix('\r').unwrap_or(lines[i]));
         }
         i += 1;
-        let syntax = |message: String| CsiConfigError::Syntax {
-            line: number,
-            message,
-        };
         let line = logical.trim_start();
         if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
             continue;
         }
         if let Some(rest) = line.strip_prefix('[') {
-            sections.push(parse_header(rest).map_err(syntax)?);
+            let header = parse_header(rest).map_err(|message| CsiConfigError::Syntax {
+                line: number,
+                message,
+            })?;
+            sections.push(header);
             continue;
         }
-        let Some(section) = sections.last_mut() else {
-            return Err(syntax("a key before the first [section]".to_owned()));
+        let label = sections.last().map(|s| section_label(&s.name));
+        let syntax = |key: Option<&str>, message: &str| CsiConfigError::Syntax {
+            line: number,
+            message: locate(label.as_deref(), key, message),
         };
         let name_end = line
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'))
             .unwrap_or(line.len());
         let key = &line[..name_end];
-        if key.is_empty() || !key.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            return Err(syntax(format!(
-                "expected `name = value`, found {:?}",
-                line.chars().take(40).collect::<String>()
-            )));
-        }
         let rest = line[name_end..].trim_start();
+        let is_name = key.starts_with(|c: char| c.is_ascii_alphabetic());
+        let known = KNOWN_KEYS.contains(&key.to_ascii_lowercase().as_str());
+        // The first word is shown only where it certainly is a key, not part of a value.
+        let shown_key = (is_name && (known || rest.starts_with('='))).then_some(key);
+        let Some(section) = sections.last_mut() else {
+            return Err(syntax(shown_key, "a key before the first [section]"));
+        };
+        if !is_name {
+            return Err(syntax(
+                None,
+                "expected `name = value`; the line does not start with a key name (not shown: it could be a value)",
+            ));
+        }
         let value = if rest.is_empty() || rest.starts_with(';') || rest.starts_with('#') {
             None
         } else if let Some(value) = rest.strip_prefix('=') {
-            Some(parse_value(value).map_err(syntax)?)
+            Some(parse_value(value).map_err(|message| syntax(shown_key, message))?)
+        } else if known {
+            return Err(syntax(shown_key, "expected `=` after the key"));
         } else {
-            return Err(syntax(format!("expected `=` after {key:?}")));
+            return Err(syntax(
+                None,
+                "expected `=` after the name that starts the line (not shown: it is not a key volmig reads and could be part of a value)",
+            ));
         };
         section.entries.push(Entry {
             key: key.to_ascii_lowercase(),
             value,
             line: number,
+            section: section_label(&section.name),
         });
     }
     Ok(sections)
@@ -326,17 +401,17 @@ fn parse_header(rest: &str) -> Result<Section, String> {
             }
         }
         let Some(end) = end else {
-            return Err(format!("section {name:?}: unterminated quoted subsection"));
+            return Err(format!("[{name}]: unterminated quoted subsection"));
         };
         subsection = Some(sub);
         rest = quoted[end..].trim_start();
     }
     let Some(after) = rest.strip_prefix(']') else {
-        return Err(format!("section {name:?}: expected `]`"));
+        return Err(format!("[{name}]: expected `]`"));
     };
     let after = after.trim_start();
     if !(after.is_empty() || after.starts_with(';') || after.starts_with('#')) {
-        return Err(format!("section {name:?}: unexpected text after `]`"));
+        return Err(format!("[{name}]: unexpected text after `]`"));
     }
     Ok(Section {
         name: name.to_ascii_lowercase(),
@@ -346,8 +421,8 @@ fn parse_header(rest: &str) -> Result<Section, String> {
 }
 
 /// The value after `=`: quoted and unquoted parts, escapes, comment cut-off, outer blanks
-/// (unquoted) trimmed.
-fn parse_value(raw: &str) -> Result<String, String> {
+/// (unquoted) trimmed. Errors say what is wrong, never where in the value or with what.
+fn parse_value(raw: &str) -> Result<String, &'static str> {
     let mut out = String::new();
     // Length of `out` up to the last character that must be kept (quoted or non-blank).
     let mut keep = 0;
@@ -366,8 +441,12 @@ fn parse_value(raw: &str) -> Result<String, String> {
                     Some('n') => '\n',
                     Some('t') => '\t',
                     Some('b') => '\u{8}',
-                    Some(other) => return Err(format!("unknown escape \\{other}")),
-                    None => return Err("a value ends in a lone backslash".to_owned()),
+                    Some(_) => {
+                        return Err(
+                            "unknown escape in the value (only \\\\, \\\", \\n, \\t and \\b are allowed)",
+                        );
+                    }
+                    None => return Err("the value ends in a lone backslash"),
                 };
                 out.push(escaped);
                 keep = out.len();
@@ -385,7 +464,7 @@ fn parse_value(raw: &str) -> Result<String, String> {
         }
     }
     if quoted {
-        return Err("unterminated quoted value".to_owned());
+        return Err("unterminated quoted value");
     }
     out.truncate(keep);
     Ok(out)

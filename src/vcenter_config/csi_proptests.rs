@@ -323,3 +323,75 @@ fn huge_inputs_are_parsed_or_refused_without_panicking() {
         assert!(CsiConfig::parse(&text).is_err(), "{}", &text[..20]);
     }
 }
+
+/// A password no error message contains by chance: letters and digits at most two in a
+/// row, between characters (`%~^&$`) that no message uses, so any 3 characters in a row
+/// of it include one of those.
+fn marked_secret() -> impl Strategy<Value = String> {
+    prop::collection::vec(("[A-Za-z0-9]{0,2}", "[%~^&$]"), 3..12)
+        .prop_map(|parts| parts.into_iter().map(|(a, b)| a + &b).collect())
+}
+
+proptest! {
+    /// Whatever is wrong with the line that holds the password (or with a line that is the
+    /// password), the error names the line and never shows 3 characters of the value.
+    #[test]
+    fn errors_never_show_the_password(
+        secret in marked_secret(),
+        damage in 0_usize..10,
+        cut in any::<prop::sample::Index>(),
+        escape in "[ac-mo-su-zA-Z0-9%~^&$']",
+        comments in 0_usize..4,
+        in_global in any::<bool>(),
+    ) {
+        let (a, b) = secret.split_at(cut.index(secret.len() + 1));
+        let (line, key) = match damage {
+            0 => (format!("password = \"{secret}"), Some("password")),
+            1 => (format!("password = \"{a}\\{escape}{b}\""), Some("password")),
+            2 => (format!("password = {a}\\{escape}{b}"), Some("password")),
+            3 => (format!("password = {secret}\\"), Some("password")),
+            4 => (format!("password {secret}"), Some("password")),
+            5 => (format!("port = {secret}"), Some("port")),
+            6 => (format!("insecure-flag = {secret}"), Some("insecure-flag")),
+            7 => (secret.clone(), None),
+            8 => (format!("\"{secret}\" = x"), None),
+            _ => (format!("password = \"{secret}"), Some("password")),
+        };
+        let before_sections = damage == 9;
+        let mut text = String::new();
+        if !before_sections {
+            text.push_str("[Global]\ncluster-id = c\n");
+            text.push_str(&"; note\n".repeat(comments));
+            if !in_global {
+                text.push_str("[VirtualCenter \"vc\"]\nuser = u\n");
+            }
+        }
+        let number = text.matches('\n').count() + 1;
+        text.push_str(&line);
+        if damage != 3 {
+            text.push_str("\n[VirtualCenter \"vc\"]\nuser = u2\n");
+        }
+        let error = CsiConfig::parse(&text)
+            .err()
+            .ok_or_else(|| TestCaseError::fail(format!("accepted:\n{text}")))?;
+        let shown = error.to_string();
+        let escaped = format!("\\{escape}");
+        prop_assert!(!shown.contains(&escaped), "{}", shown);
+        let debug = format!("{error:?}");
+        let chars: Vec<char> = secret.chars().collect();
+        for window in chars.windows(3) {
+            let part: String = window.iter().collect();
+            prop_assert!(!shown.contains(&part), "{:?} shown: {}", part, shown);
+            prop_assert!(!debug.contains(&part), "{:?} shown: {}", part, debug);
+        }
+        let line_prefix = format!("line {number}: ");
+        prop_assert!(shown.starts_with(&line_prefix), "{}", shown);
+        if let Some(key) = key {
+            prop_assert!(shown.contains(key), "{}", shown);
+        }
+        if !before_sections {
+            let section = if in_global { "[Global]" } else { "[VirtualCenter]" };
+            prop_assert!(shown.contains(section), "{}", shown);
+        }
+    }
+}

@@ -159,3 +159,112 @@ proptest! {
         prop_assert_eq!(c.host, host);
     }
 }
+
+/// Fails if `shown` repeats any 3 characters in a row of `secret`.
+fn assert_secret_not_shown(shown: &str, secret: &str) {
+    let chars: Vec<char> = secret.chars().collect();
+    for window in chars.windows(3) {
+        let part: String = window.iter().collect();
+        assert!(
+            !shown.contains(&part),
+            "shows {part:?} of the value: {shown}"
+        );
+    }
+}
+
+#[test]
+fn syntax_errors_name_line_section_and_key_never_the_value() {
+    const SECRET: &str = "Qz7%Wv9&Kx3^Jm";
+    let head = "# volmig\n[Global]\ncluster-id = c\n[VirtualCenter \"vc\"]\nuser = u\n";
+    // (the damaged line, the key the error must name, what it must say)
+    for (line, key, needle) in [
+        (format!("password = \"{SECRET}"), "password", "unterminated"),
+        (
+            format!("password = {SECRET} \"tail"),
+            "password",
+            "unterminated",
+        ),
+        (
+            "password = \"Qz7%\\qWv9&Kx3^Jm\"".to_owned(),
+            "password",
+            "unknown escape",
+        ),
+        (
+            "password = Qz7%Wv9\\&Kx3^Jm".to_owned(),
+            "password",
+            "unknown escape",
+        ),
+        (
+            format!("password = {SECRET}\\"),
+            "password",
+            "lone backslash",
+        ),
+        (format!("password {SECRET}"), "password", "expected `=`"),
+        (format!("password: {SECRET}"), "password", "expected `=`"),
+        (format!("port = {SECRET}"), "port", "not a TCP port"),
+        (
+            format!("insecure-flag = {SECRET}"),
+            "insecure-flag",
+            "not a boolean",
+        ),
+    ] {
+        let text = format!("{head}{line}");
+        let e = CsiConfig::parse(&text).unwrap_err();
+        let shown = e.to_string();
+        assert_secret_not_shown(&shown, SECRET);
+        assert!(
+            matches!(e, CsiConfigError::Syntax { line: 6, .. }),
+            "{line:?}: {e:?}"
+        );
+        assert!(shown.starts_with("line 6: "), "{line:?}: {shown}");
+        assert!(shown.contains(needle), "{line:?}: {shown}");
+        assert!(shown.contains(key), "names the key: {line:?}: {shown}");
+        assert!(
+            shown.contains("[VirtualCenter]"),
+            "names the section: {shown}"
+        );
+        assert_secret_not_shown(&shown, SECRET);
+        assert!(!shown.contains("\\q") && !shown.contains("\\&"), "{shown}");
+        assert_secret_not_shown(&format!("{e:?}"), SECRET);
+    }
+    // Lines that do not start with a key name: nothing of them is shown.
+    for line in [
+        SECRET.to_owned(),
+        format!("\"{SECRET}\""),
+        format!("= {SECRET}"),
+        "Qz7!Wv9&Kx3^Jm = x".to_owned(),
+    ] {
+        let text = format!("{head}{line}\n");
+        let e = CsiConfig::parse(&text).unwrap_err();
+        let shown = e.to_string();
+        assert_secret_not_shown(&shown, SECRET);
+        assert!(shown.starts_with("line 6: "), "{line:?}: {shown}");
+        assert!(shown.contains("[VirtualCenter]"), "{line:?}: {shown}");
+        assert_secret_not_shown(&shown, SECRET);
+        assert_secret_not_shown(&format!("{e:?}"), SECRET);
+    }
+    // Before the first section, a line with `=` names its key, never its value.
+    let e = CsiConfig::parse(&format!("password = \"{SECRET}\"\n")).unwrap_err();
+    let shown = e.to_string();
+    assert!(
+        shown.contains("line 1") && shown.contains("password"),
+        "{shown}"
+    );
+    assert_secret_not_shown(&shown, SECRET);
+}
+
+#[test]
+fn a_host_with_credentials_makes_no_url_and_is_not_shown() {
+    for host in ["admin:Qz7%Wv9&Kx@vc", "admin@vc", "Qz7%Wv9&Kx@fd00::1"] {
+        let c = CsiConfig::parse(&format!("[VirtualCenter \"{host}\"]\nuser = u\n")).unwrap();
+        let e = c.url().unwrap_err().to_string();
+        assert!(e.contains("credentials"), "{host}: {e}");
+        assert_secret_not_shown(&e, "Qz7%Wv9&Kx");
+        assert!(!e.contains("admin"), "{host}: {e}");
+    }
+    let e = CsiConfig::parse("[VirtualCenter \"a:Qz7%Wv9&Kx@b\"]\n[VirtualCenter \"c\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exactly one vCenter"), "{e}");
+    assert_secret_not_shown(&e, "Qz7%Wv9&Kx");
+}

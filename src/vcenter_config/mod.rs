@@ -1,6 +1,7 @@
 //! How volmig reaches vCenter, from the flags of `volmig run` and the vSphere CSI driver's
 //! `csi-vsphere.conf` (`--csi-config`, parsed by [`csi`]): the file supplies URL,
-//! credentials, CA, datacenters and cluster ID; explicit flags override each of them.
+//! credentials, CA, datacenters and cluster ID; explicit flags override each of them. The
+//! cluster ID is then checked against the CSI driver's at start-up (src/daemon/cluster_id.rs).
 //! Only the credentials are read again later (at every login); the rest is fixed at start.
 
 use std::path::PathBuf;
@@ -19,8 +20,11 @@ use csi::CsiConfig;
 pub struct VcenterSettings {
     /// The SDK URL (`https` only).
     pub url: Url,
-    /// CNS container-cluster ID written on registrations.
-    pub cluster_id: String,
+    /// The CNS container-cluster ID volmig is configured with (`--cluster-id`, else
+    /// `[Global] cluster-id` of `--csi-config`), if any. The daemon checks it against the
+    /// CSI driver's own at start-up, and takes the driver's when this is `None`
+    /// (src/daemon/cluster_id.rs).
+    pub cluster_id: Option<ConfiguredClusterId>,
     /// `[Global] cluster-distribution` of the CSI config, if any.
     pub cluster_distribution: Option<String>,
     /// CA bundle to trust instead of the system roots.
@@ -33,6 +37,36 @@ pub struct VcenterSettings {
     pub credentials: CredentialSource,
     /// Things worth a warning at start-up (never secrets).
     pub warnings: Vec<String>,
+}
+
+/// Where a configured cluster ID came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterIdSource {
+    /// `--cluster-id` (`VOLMIG_CLUSTER_ID`).
+    Flag,
+    /// `[Global] cluster-id` of the `--csi-config` file at this path.
+    CsiConfig(PathBuf),
+}
+
+impl std::fmt::Display for ClusterIdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterIdSource::Flag => f.write_str("--cluster-id"),
+            ClusterIdSource::CsiConfig(path) => {
+                write!(f, "[Global] cluster-id of --csi-config {}", path.display())
+            }
+        }
+    }
+}
+
+/// A cluster ID from volmig's own configuration, with where it came from (the cluster ID
+/// is not a secret: messages show it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredClusterId {
+    /// The ID.
+    pub id: String,
+    /// The flag or file that gave it.
+    pub source: ClusterIdSource,
 }
 
 /// Why the settings are incomplete or unusable; the message says which flag or key to set.
@@ -68,23 +102,17 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
         }
     };
     check_url(&url).map_err(SettingsError)?;
+    // A missing cluster ID is no error here: the CSI driver's ConfigMap may supply it.
     let cluster_id = match (&args.cluster_id, &csi) {
-        (Some(id), _) if !id.trim().is_empty() => id.clone(),
-        (_, Some((_, config))) if config.cluster_id.is_some() => {
-            config.cluster_id.clone().unwrap_or_default()
-        }
-        (_, Some((path, _))) => {
-            return Err(SettingsError(format!(
-                "no CNS cluster ID: set --cluster-id (VOLMIG_CLUSTER_ID) or cluster-id in the [Global] section of {}",
-                path.display()
-            )));
-        }
-        (_, None) => {
-            return Err(SettingsError(
-                "no CNS cluster ID: set --cluster-id (VOLMIG_CLUSTER_ID) or --csi-config"
-                    .to_owned(),
-            ));
-        }
+        (Some(id), _) if !id.trim().is_empty() => Some(ConfiguredClusterId {
+            id: id.clone(),
+            source: ClusterIdSource::Flag,
+        }),
+        (_, Some((path, config))) => config.cluster_id.clone().map(|id| ConfiguredClusterId {
+            id,
+            source: ClusterIdSource::CsiConfig((*path).clone()),
+        }),
+        (_, None) => None,
     };
     let (ca_file, insecure) = if let Some(ca) = &args.vc_ca_file {
         (Some(ca.clone()), false)
@@ -136,13 +164,18 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
     })
 }
 
-/// Refuses vCenter URLs volmig must not use: anything but `https` (the password would go
-/// over the wire in clear) and URLs without a host.
+/// The refusal of a vCenter URL with a user or password in it (`user:password@`); it
+/// shows neither.
+pub const CREDENTIALS_IN_URL: &str = "--vc-url must not contain credentials (user:password@); put them in --vc-credentials-file or VOLMIG_VC_USERNAME/VOLMIG_VC_PASSWORD";
+
+/// Refuses vCenter URLs volmig must not use: any with a user or password in it
+/// ([`CREDENTIALS_IN_URL`]), anything but `https` (the password would go over the wire in
+/// clear) and URLs without a host.
 pub fn check_url(url: &Url) -> Result<(), String> {
-    // Never repeat a password embedded in the URL.
-    let mut shown = url.clone();
-    let _ = shown.set_password(None);
-    let url = &shown;
+    // First: the messages below show the URL, which then holds no user and no password.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(CREDENTIALS_IN_URL.to_owned());
+    }
     match url.scheme() {
         "https" => {}
         "http" => {

@@ -37,7 +37,13 @@ fn the_csi_config_supplies_everything() {
     let conf = write_conf(dir.path(), CONF);
     let s = resolve_with(&args(&["--csi-config", &conf]), false).unwrap();
     assert_eq!(s.url.as_str(), "https://vc.example.com:8443/sdk");
-    assert_eq!(s.cluster_id, "csi-cluster");
+    assert_eq!(
+        s.cluster_id,
+        Some(ConfiguredClusterId {
+            id: "csi-cluster".to_owned(),
+            source: ClusterIdSource::CsiConfig(PathBuf::from(&conf)),
+        })
+    );
     assert_eq!(s.cluster_distribution.as_deref(), Some("Anthos"));
     assert_eq!(s.ca_file, Some(PathBuf::from("/etc/ssl/vc-ca.pem")));
     assert!(!s.insecure);
@@ -73,7 +79,13 @@ fn explicit_flags_override_the_csi_config() {
     )
     .unwrap();
     assert_eq!(s.url.as_str(), "https://other.example/sdk");
-    assert_eq!(s.cluster_id, "flag-cluster");
+    assert_eq!(
+        s.cluster_id,
+        Some(ConfiguredClusterId {
+            id: "flag-cluster".to_owned(),
+            source: ClusterIdSource::Flag,
+        })
+    );
     assert_eq!((s.ca_file, s.insecure), (None, true));
     assert_eq!(s.datacenters, ["X"]);
     assert_eq!(
@@ -106,12 +118,14 @@ fn missing_settings_name_the_flag_and_the_key() {
         dir.path(),
         "[VirtualCenter \"vc\"]\nuser = u\npassword = p\n",
     );
-    let e = resolve_with(&args(&["--csi-config", &conf]), false).unwrap_err();
-    assert!(e.0.contains("--cluster-id"), "{e}");
-    assert!(e.0.contains("[Global]"), "{e}");
-    assert!(e.0.contains(&conf), "{e}");
+    // No cluster ID is no error here: the driver's ConfigMap may supply it at start-up.
+    let s = resolve_with(&args(&["--csi-config", &conf]), false).unwrap();
+    assert_eq!(s.cluster_id, None);
     let s = resolve_with(&args(&["--csi-config", &conf, "--cluster-id", "c"]), false).unwrap();
     assert_eq!(s.url.as_str(), "https://vc/sdk");
+    assert_eq!(s.cluster_id.map(|c| c.id).as_deref(), Some("c"));
+    let s = resolve_with(&args(&["--vc-url", "https://vc/sdk"]), false).unwrap();
+    assert_eq!(s.cluster_id, None);
 
     let e = resolve_with(&args(&["--csi-config", "/nonexistent/csi.conf"]), false).unwrap_err();
     assert!(e.0.contains("/nonexistent/csi.conf"), "{e}");
@@ -127,7 +141,40 @@ fn missing_settings_name_the_flag_and_the_key() {
 #[test]
 fn only_https_urls_are_used() {
     assert!(check_url(&Url::parse("https://vc/sdk").unwrap()).is_ok());
+    let e = check_url(&Url::parse("http://vc/sdk").unwrap()).unwrap_err();
+    assert!(e.contains("plain http"), "{e}");
     let e = check_url(&Url::parse("http://admin:hunter2@vc/sdk").unwrap()).unwrap_err();
-    assert!(e.contains("plain http") && !e.contains("hunter2"), "{e}");
+    assert!(!e.contains("hunter2") && !e.contains("admin"), "{e}");
     assert!(check_url(&Url::parse("ftp://vc/sdk").unwrap()).is_err());
+}
+
+#[test]
+fn urls_with_credentials_are_refused_naming_neither_user_nor_password() {
+    for url in [
+        "https://admin:hunter2@vc/sdk",
+        "https://admin@vc/sdk",
+        "https://:hunter2@vc/sdk",
+        "http://admin:hunter2@vc/sdk",
+    ] {
+        let e = check_url(&Url::parse(url).unwrap()).unwrap_err();
+        assert!(e.contains("must not contain credentials"), "{url}: {e}");
+        assert!(!e.contains("hunter2") && !e.contains("admin"), "{url}: {e}");
+    }
+}
+
+#[test]
+fn a_csi_config_host_with_credentials_is_refused_without_showing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for host in ["admin:hunter2@vc", "admin@vc", "admin:hunter2@fd00::1"] {
+        let conf = write_conf(
+            dir.path(),
+            &format!("[Global]\ncluster-id = c\n[VirtualCenter \"{host}\"]\nuser = u\n"),
+        );
+        let e = resolve_with(&args(&["--csi-config", &conf]), false).unwrap_err();
+        assert!(e.0.contains("credentials"), "{host}: {e}");
+        assert!(
+            !e.0.contains("hunter2") && !e.0.contains("admin"),
+            "{host}: {e}"
+        );
+    }
 }

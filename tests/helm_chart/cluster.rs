@@ -24,6 +24,8 @@ fn kind_and_name(object: &Value) -> (String, String) {
 async fn rendered_chart_passes_kubectl_server_side_dry_run() {
     let cluster = Cluster::start().await;
     cluster.kubectl_ok(&["create", "namespace", NAMESPACE], None);
+    // The CSI driver's namespace, where the chart reads its syncer's Lease.
+    cluster.kubectl_ok(&["create", "namespace", "vmware-system-csi"], None);
     // The dashboard ConfigMap of the all-features values goes to Grafana's namespace.
     cluster.kubectl_ok(&["create", "namespace", "monitoring"], None);
     // The ServiceMonitor kind of the optional feature comes from the Prometheus Operator.
@@ -103,6 +105,8 @@ async fn rendered_chart_passes_kubectl_server_side_dry_run() {
 #[tokio::test]
 async fn helm_install_then_uninstall_against_the_api_server() {
     let cluster = Cluster::start().await;
+    // The CSI driver runs (its namespace exists): the chart reads its syncer's Lease there.
+    cluster.kubectl_ok(&["create", "namespace", "vmware-system-csi"], None);
     let password = "install-test-password";
     let install = run(cluster
         .helm()

@@ -212,9 +212,16 @@ fn network_policy_allows_api_server_vcenter_dns_and_metrics_only() {
         .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("")))
         .collect();
     assert_eq!(dns_ports, ["53/UDP", "53/TCP"]);
-    // The ingress port is the container port the metrics and probes use.
+    // The ingress port is the container port of the metrics. The probes' port has no
+    // rule: only the pod's own node (the kubelet) reaches it, never another pod.
     let container = volmig_container(rendered.deployment());
     assert_eq!(container["ports"][0]["name"], "http");
+    assert_eq!(container["ports"][1]["name"], "probes");
+    assert!(
+        !spec["ingress"].to_string().contains("probes"),
+        "the probes' port is open to pods: {}",
+        spec["ingress"]
+    );
 
     // Without DNS, and with any metrics source.
     let minimal = render(&[

@@ -119,6 +119,49 @@ fn rbac_is_least_privilege_and_commented() {
         helm::NAMESPACE
     );
 
+    // The CSI driver's namespace, read only and by name: its cluster-ID ConfigMap (read at
+    // every start, docs/design.md §8.5) and its syncer Lease (§8.2); without a syncer
+    // Lease, the ConfigMap alone.
+    let syncer = rendered.get("Role", "volmig-driver-syncer");
+    assert_eq!(syncer["metadata"]["namespace"], "vmware-system-csi");
+    assert_no_wildcards_or_secrets(&syncer["rules"], "Role volmig-driver-syncer");
+    let rules = syncer["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
+    assert_eq!(strings(&rules[0]["resources"]), ["configmaps"]);
+    assert_eq!(
+        strings(&rules[0]["resourceNames"]),
+        ["vsphere-csi-cluster-id"]
+    );
+    assert_eq!(strings(&rules[0]["verbs"]), ["get"]);
+    assert_eq!(strings(&rules[1]["apiGroups"]), ["coordination.k8s.io"]);
+    assert_eq!(strings(&rules[1]["resources"]), ["leases"]);
+    assert_eq!(strings(&rules[1]["resourceNames"]), ["vsphere-syncer"]);
+    assert_eq!(strings(&rules[1]["verbs"]), ["get", "list", "watch"]);
+    let syncer_binding = rendered.get("RoleBinding", "volmig-driver-syncer");
+    assert_eq!(syncer_binding["subjects"][0]["name"], "volmig-controller");
+    assert_eq!(syncer_binding["subjects"][0]["namespace"], helm::NAMESPACE);
+    let moved = render(&[
+        "--set-string",
+        "driver.namespace=csi",
+        "--set-string",
+        "driver.syncerLease=syncer",
+    ]);
+    let moved_role = moved.get("Role", "volmig-driver-syncer");
+    assert_eq!(moved_role["metadata"]["namespace"], "csi");
+    assert_eq!(
+        strings(&moved_role["rules"][1]["resourceNames"]),
+        ["syncer"]
+    );
+    let off = render(&["--set-string", "driver.syncerLease="]);
+    let off_rules = off.get("Role", "volmig-driver-syncer")["rules"].clone();
+    assert_eq!(
+        off_rules.as_array().map(Vec::len),
+        Some(1),
+        "without a syncer Lease only the cluster-ID ConfigMap is read: {off_rules}"
+    );
+    assert_eq!(strings(&off_rules[0]["resources"]), ["configmaps"]);
+
     let reader = rendered.get("ClusterRole", "volmig-reader");
     assert_no_wildcards_or_secrets(&reader["rules"], "ClusterRole volmig-reader");
     for rule in reader["rules"].as_array().expect("rules") {
@@ -144,6 +187,7 @@ fn rbac_is_least_privilege_and_commented() {
         "clusterrole.yaml",
         "role-leader-election.yaml",
         "role-events.yaml",
+        "role-driver-syncer.yaml",
         "clusterrole-reader.yaml",
     ] {
         let text = read_repo_file(&format!("charts/volmig/templates/{file}"));

@@ -118,7 +118,12 @@ impl Cluster {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NAMESPACE}}),
         )
         .expect("namespace");
-        let mut items = vec![serde_json::to_value(namespace).expect("namespace json")];
+        // The CSI driver's namespace: the chart's Role for its syncer Lease lives there.
+        let driver_namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vmware-system-csi"}});
+        let mut items = vec![
+            serde_json::to_value(namespace).expect("namespace json"),
+            driver_namespace,
+        ];
         items.extend(objects.iter().cloned());
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         self.kubectl_ok(&["apply", "-f", "-"], Some(&list.to_string()));
@@ -452,8 +457,12 @@ pub struct Daemon {
     child: Child,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     pub http: String,
+    /// Address of the probe listener (`--probe-addr`: `/healthz`, `/readyz`).
+    pub probes: String,
     /// Its log file (stderr).
     pub log: PathBuf,
+    /// What it printed on stdout (`volmig run --dry-run --once` prints its plan there).
+    pub stdout: PathBuf,
 }
 
 /// A free loopback port.
@@ -468,6 +477,17 @@ impl Daemon {
     /// Starts `volmig run` against `cluster` and `vcsim` with a fast full sync and no
     /// request rate limit, plus `extra` flags (later flags win).
     pub fn spawn(cluster: &Cluster, vcsim: &Vcsim, name: &str, extra: &[&str]) -> Daemon {
+        Daemon::spawn_without(cluster, vcsim, name, &[], extra)
+    }
+
+    /// [`Daemon::spawn`] without the default flags named in `without` (e.g. `--cluster-id`).
+    pub fn spawn_without(
+        cluster: &Cluster,
+        vcsim: &Vcsim,
+        name: &str,
+        without: &[&str],
+        extra: &[&str],
+    ) -> Daemon {
         let credentials = cluster.path("credentials");
         std::fs::write(
             &credentials,
@@ -478,12 +498,15 @@ impl Daemon {
         )
         .expect("write credentials");
         let http = format!("127.0.0.1:{}", free_port());
+        let probes = format!("127.0.0.1:{}", free_port());
         let log = cluster.path(&format!("{name}.log"));
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("log file");
+        let stdout = cluster.path(&format!("{name}.stdout"));
+        let stdout_file = std::fs::File::create(&stdout).expect("stdout file");
         let mut flags: Vec<(String, Option<String>)> = vec![
             (
                 "--kubeconfig".into(),
@@ -496,6 +519,7 @@ impl Daemon {
             ),
             ("--cluster-id".into(), Some("e2e-cluster".into())),
             ("--http-addr".into(), Some(http.clone())),
+            ("--probe-addr".into(), Some(probes.clone())),
             ("--full-sync-interval".into(), Some("3s".into())),
             ("--vc-requests-per-second".into(), Some("10000".into())),
             // Short vCenter timeouts keep the in-flight grace (their sum) at 15 s, so a
@@ -507,6 +531,7 @@ impl Daemon {
         if let Some(cert) = &vcsim.cert {
             flags.push(("--vc-ca-file".into(), Some(cert.display().to_string())));
         }
+        flags.retain(|(f, _)| !without.contains(&f.as_str()));
         // `extra` is `--flag value` pairs or lone `--switch`es; a flag given there replaces
         // the default above (clap rejects repeated flags).
         let mut i = 0;
@@ -533,12 +558,18 @@ impl Daemon {
                     .unwrap_or_else(|_| "info,volmig=debug,kube_runtime=warn".into()),
             )
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout_file)
             .stderr(log_file)
             .kill_on_drop(true)
             .spawn()
             .expect("spawn volmig");
-        Daemon { child, http, log }
+        Daemon {
+            child,
+            http,
+            probes,
+            log,
+            stdout,
+        }
     }
 
     /// GET a path of the daemon's HTTP endpoint: (status, body).
@@ -595,6 +626,11 @@ impl Daemon {
     /// The exit status if the daemon has exited on its own (without waiting).
     pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("poll the daemon")
+    }
+
+    /// What it printed on stdout so far.
+    pub fn stdout_text(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
     }
 
     /// SIGKILL and reap.

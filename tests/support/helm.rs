@@ -280,12 +280,13 @@ pub fn assert_probes(deployment: &Value) {
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let get = &container[probe]["httpGet"];
         assert_eq!(get["path"], path, "{probe}: {container}");
-        assert_eq!(get["port"], "http", "{probe} port: {container}");
+        // The probes' own listener (--probe-addr), not the metrics port.
+        assert_eq!(get["port"], "probes", "{probe} port: {container}");
     }
     let ports = container["ports"].as_array().cloned().unwrap_or_default();
     assert!(
-        ports.iter().any(|p| p["name"] == "http"),
-        "the probes' port `http` is not declared: {ports:?}"
+        ports.iter().any(|p| p["name"] == "probes"),
+        "the probes' port `probes` is not declared: {ports:?}"
     );
 }
 

@@ -430,7 +430,7 @@ impl Vcsim {
         Duration::from_millis(self.modes().await.fail_task_polls_window_ms)
     }
 
-    /// Reports another vCenter release: `6.5`, `6.7.3`, `7.0.0`, `7.0.3` or `8.0.3`.
+    /// Reports another vCenter release: `6.5`, `6.7.3`, `6.7U3l`, `7.0.0`, `7.0.3`, `8.0.3`.
     pub async fn set_vcenter_version(&self, version: &str) {
         self.patch_modes(serde_json::json!({ "vcenterVersion": version }))
             .await;

@@ -193,6 +193,7 @@ async fn register(
         name,
         cluster_id: CLUSTER_ID.to_owned(),
         storage_policy_name: None,
+        fence: volmig::backend::SendFence::none(),
     };
     let permit = slot(Lane::Started).await?;
     let id = backend.create_volume(&request).await?;

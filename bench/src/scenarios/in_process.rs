@@ -34,6 +34,9 @@ use crate::cluster::{self, Cluster, Volume};
 use crate::procfs::CpuSnapshot;
 use crate::results::{SteadyPass, Summary, median_counts};
 
+/// The cluster ID of the in-process daemon, and of every volume the listing holds.
+const BENCH_CLUSTER: &str = "bench-cluster";
+
 /// Thread name of the API test server's runtime.
 const SERVER_THREAD: &str = "kube-testserver";
 
@@ -58,6 +61,7 @@ impl ListedVolumes {
                     name: path.cns_volume_name(),
                     backing_path: Some(path),
                     created: Some(created),
+                    cluster_ids: vec![BENCH_CLUSTER.to_owned()],
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -142,7 +146,7 @@ pub async fn run(
     let registrar = Arc::new(Registrar::new(
         backend.clone(),
         Arc::new(KubeStatusStore::new(client.clone())),
-        RegistrarConfig::new("bench-cluster").with_rate_limit(None),
+        RegistrarConfig::new(BENCH_CLUSTER).with_rate_limit(None),
     ));
     let ctx = Arc::new(Context {
         migrations: migrations.clone(),

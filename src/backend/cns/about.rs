@@ -53,10 +53,14 @@ impl fmt::Display for ApiVersion {
 }
 
 /// The last version whose CNS did not take a `backingDiskUrlPath` (registration goes
-/// through `RegisterDisk` from above 6.7.3 up to and including this one).
+/// through `RegisterDisk` from 6.7 Update 3l up to and including this one).
 const LAST_REGISTER_DISK: ApiVersion = ApiVersion::new(7, 0, 0);
-/// Versions up to this one have no CNS registration of existing disks through `RegisterDisk`.
-const BEFORE_REGISTER_DISK: ApiVersion = ApiVersion::new(6, 7, 3);
+/// The API version of every 6.7 Update 3 (3a … 3l and later patches alike): only its build
+/// tells whether it registers through `RegisterDisk`.
+const API_6_7_U3: ApiVersion = ApiVersion::new(6, 7, 3);
+/// `about.build` of vCenter 6.7 Update 3l, the first 6.7.3 the driver registers through
+/// `RegisterDisk` on (its `VSphere67u3lBuildInfo`; builds only grow).
+const BUILD_6_7_U3L: u64 = 17_137_327;
 /// From this version on, CNS sets `keepAfterDeleteVm` itself when it registers a disk.
 const REGISTRATION_PROTECTS: ApiVersion = ApiVersion::new(8, 0, 3);
 
@@ -73,6 +77,11 @@ pub struct VcenterVersion {
     pub version: Option<ApiVersion>,
     /// `about.apiVersion`, parsed.
     pub api_version: Option<ApiVersion>,
+    /// `about.build`, as sent (e.g. `17137327`).
+    pub build_text: String,
+    /// `about.build` as a number; `None` when it is not one (the driver's `strconv.Atoi`:
+    /// digits with an optional sign, no spaces).
+    pub build: Option<u64>,
 }
 
 impl VcenterVersion {
@@ -84,10 +93,12 @@ impl VcenterVersion {
             api_version_text: about.api_version.clone(),
             version: ApiVersion::parse(&about.version),
             api_version: ApiVersion::parse(&about.api_version),
+            build_text: about.build.clone(),
+            build: parse_build(&about.build),
         }
     }
 
-    /// A version from the two strings (tests and tools).
+    /// A version from the two strings (tests and tools), without a build.
     pub fn from_strings(version: &str, api_version: &str) -> Self {
         Self {
             full_name: String::new(),
@@ -95,15 +106,33 @@ impl VcenterVersion {
             api_version_text: api_version.to_owned(),
             version: ApiVersion::parse(version),
             api_version: ApiVersion::parse(api_version),
+            build_text: String::new(),
+            build: None,
         }
     }
 
+    /// The same version with `about.build` set to `build` (tests and tools).
+    #[must_use]
+    pub fn with_build(mut self, build: &str) -> Self {
+        self.build_text = build.to_owned();
+        self.build = parse_build(build);
+        self
+    }
+
     /// True when a static registration first registers the vmdk as an FCD
-    /// (`RegisterDisk`) and names it by `backingDiskId`: API version above 6.7.3 and at most
-    /// 7.0.0, as the vSphere CSI driver does. Unknown versions use `backingDiskUrlPath`.
+    /// (`RegisterDisk`) and names it by `backingDiskId`, as the vSphere CSI driver's
+    /// `UseVslmAPIs` decides it (kubernetes-sigs/vsphere-csi-driver,
+    /// pkg/csi/service/common/common_controller_helper.go:191-213 at bf80902, called from
+    /// pkg/apis/migration/migration.go:539-556): `about.apiVersion` above 6.7.3 and at most
+    /// 7.0.0, or exactly 6.7.3 with `about.build` at least 17137327 (6.7 Update 3l).
+    /// `about.version` plays no part. An unknown API version, and a 6.7.3 whose build is
+    /// missing, not a number or older, use `backingDiskUrlPath`. (On an older 6.7.3 build the
+    /// driver refuses to register at all; volmig still registers by path.)
     pub fn registers_disk_first(&self) -> bool {
-        self.api_version
-            .is_some_and(|v| v > BEFORE_REGISTER_DISK && v <= LAST_REGISTER_DISK)
+        self.api_version.is_some_and(|v| {
+            (v > API_6_7_U3 && v <= LAST_REGISTER_DISK)
+                || (v == API_6_7_U3 && self.build.is_some_and(|b| b >= BUILD_6_7_U3L))
+        })
     }
 
     /// True when CNS registration sets `keepAfterDeleteVm` itself (8.0.3 and later, by
@@ -114,6 +143,12 @@ impl VcenterVersion {
             .or(self.api_version)
             .is_some_and(|v| v >= REGISTRATION_PROTECTS)
     }
+}
+
+/// `about.build` as the driver reads it (`strconv.Atoi`): an optional `+`, then digits.
+/// A negative build cannot reach any threshold, so it counts as no number.
+fn parse_build(raw: &str) -> Option<u64> {
+    raw.parse().ok()
 }
 
 impl fmt::Display for VcenterVersion {
@@ -161,6 +196,42 @@ mod tests {
     }
 
     #[test]
+    fn on_673_register_disk_needs_the_6_7_u3l_build() {
+        let at = |build: &str| {
+            VcenterVersion::from_strings("6.7.0", "6.7.3")
+                .with_build(build)
+                .registers_disk_first()
+        };
+        assert!(!at("17137326"), "6.7 Update 3k and older");
+        assert!(at("17137327"), "6.7 Update 3l");
+        assert!(at("+17137327"), "strconv.Atoi takes a sign");
+        assert!(at("19300125"));
+        // Missing or not a number: the driver registers by backingDiskUrlPath.
+        assert!(!VcenterVersion::from_strings("6.7.0", "6.7.3").registers_disk_first());
+        for bad in [
+            "",
+            "garbage",
+            " 17137327",
+            "17137327 ",
+            "-17137327",
+            "build-17137327",
+        ] {
+            assert!(!at(bad), "{bad:?}");
+        }
+        // The build only matters on exactly 6.7.3.
+        let other = |api: &str, build: &str| {
+            VcenterVersion::from_strings("", api)
+                .with_build(build)
+                .registers_disk_first()
+        };
+        assert!(!other("6.7.2", "17137327"));
+        assert!(!other("6.5", "99999999"));
+        assert!(!other("7.0.3.0", "99999999"));
+        assert!(other("7.0.0.0", ""));
+        assert!(other("7.0.0.0", "1"));
+    }
+
+    #[test]
     fn registration_protects_from_803_by_version_then_api_version() {
         let both = |v: &str, api: &str| VcenterVersion::from_strings(v, api);
         assert!(both("8.0.3", "8.0.3.0").registration_protects());
@@ -183,7 +254,16 @@ mod tests {
         assert_eq!(version.api_version, Some(ApiVersion::new(6, 5, 0)));
         assert_eq!(version.version_text, "6.5.0");
         assert!(version.full_name.starts_with("VMware vCenter Server 6.5.0"));
+        assert_eq!(version.build_text, "5973321");
+        assert_eq!(version.build, Some(5_973_321));
         assert!(!version.registers_disk_first());
+        assert!(!version.registration_protects());
+        let xml = include_str!("fixtures/service_content_673u3l.xml");
+        let content: Returnval<ServiceContent> = parse_response(xml).unwrap();
+        let version = VcenterVersion::from_about(&content.returnval.unwrap().about);
+        assert_eq!(version.api_version, Some(ApiVersion::new(6, 7, 3)));
+        assert_eq!(version.build, Some(17_137_327));
+        assert!(version.registers_disk_first(), "6.7 Update 3l: {version:?}");
         assert!(!version.registration_protects());
         let xml = include_str!("fixtures/service_content_803.xml");
         let content: Returnval<ServiceContent> = parse_response(xml).unwrap();

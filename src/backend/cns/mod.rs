@@ -22,10 +22,12 @@
 //!   `CnsAlreadyRegisteredFault` on create, whose volume ID is adopted.
 //! - `about.version`/`about.apiVersion` are read at connect ([`CnsBackend::version`]) and
 //!   decide two things, as in the vSphere CSI driver: on API versions above 6.7.3 up to
-//!   7.0.0 a registration first makes the vmdk an FCD (`RegisterDisk`) and creates the
-//!   volume with `backingDiskId`, otherwise with `backingDiskUrlPath`; below 8.0.3
-//!   `protect_from_vm_delete` sets `keepAfterDeleteVm` through VSLM (`/vslm/sdk`), from
-//!   8.0.3 on registration sets it and nothing is called.
+//!   7.0.0, and on 6.7.3 from build 17137327 (6.7 Update 3l), a registration first makes
+//!   the vmdk an FCD (`RegisterDisk`) and creates the volume with `backingDiskId`,
+//!   otherwise with `backingDiskUrlPath`; below 8.0.3 `protect_from_vm_delete` sets
+//!   `keepAfterDeleteVm` through VSLM (`/vslm/sdk`) and reads it back; from 8.0.3 a volume
+//!   this backend just created counts as protected, and any other is registered again by
+//!   its ID (`backingDiskId`), as the driver does.
 //! - The create spec is the driver's: BLOCK, `containerCluster` {KUBERNETES, cluster ID,
 //!   login user, VANILLA, cluster distribution} and the same in `containerClusterArray`,
 //!   and the storage policy (`CreateVolumeRequest::storage_policy_name`) resolved by name

@@ -57,12 +57,21 @@ impl CnsBackend {
                 .into_iter()
                 .collect(),
         };
+        // The last moment before the request is written: policy resolution and
+        // RegisterDisk are behind us (docs/design.md §4.9).
+        request
+            .fence
+            .check()
+            .map_err(|why| BackendError::called_off(op::CREATE, why))?;
         let task = volumes::start_create(client, op::CREATE, spec)
             .await
             .map_err(|e| fault::about(self.note(e), &what))?;
+        // vCenter runs the task now: an error of any class while following it leaves the
+        // create's outcome unknown (docs/design.md §4.8).
         let outcome =
             task::wait::<BatchResult>(client, op::CREATE, &task, self.inner.task_timeout, &what)
-                .await?;
+                .await
+                .map_err(BackendError::after_send)?;
         let outcome = match outcome {
             TaskOutcome::Success(result) => {
                 volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
@@ -72,6 +81,9 @@ impl CnsBackend {
         match outcome {
             VolumeOutcome::Ok(id) => {
                 tracing::info!(path = %what, volume_id = %id, name = %request.name, "CNS volume created");
+                if self.inner.version.registration_protects() {
+                    self.inner.vslm.note_registered(&id);
+                }
                 Ok(id)
             }
             VolumeOutcome::AlreadyRegistered(id, fault) => {
@@ -87,6 +99,7 @@ impl CnsBackend {
                 self.note(fault::from_fault(op::CREATE, &fault)),
                 &what,
             )),
+            // The task succeeded without naming a volume: one may exist all the same.
             VolumeOutcome::Missing => Err(fault::about(
                 fault::malformed(
                     op::CREATE,
@@ -94,6 +107,64 @@ impl CnsBackend {
                     "CNS returned no volume",
                 ),
                 &what,
+            )
+            .after_send()),
+        }
+    }
+
+    /// Protects the existing volume `id` from VM deletion the way the vSphere CSI driver
+    /// does on vCenter 8.0.3 and later (kubernetes-sigs/vsphere-csi-driver@bf80902,
+    /// `pkg/common/cns-lib/volume/manager.go:3650-3692`, `ProtectVolumeFromVMDeletion`):
+    /// read the volume (the driver's `QueryVolumeAsync` by ID for type, name and metadata),
+    /// then `CnsCreateVolume` of a spec with its name, volume type, `containerCluster` and
+    /// `containerClusterArray` as CNS reported them and `backingDiskId` = the ID; nothing
+    /// else (no datastores, no profile). CNS sets `keepAfterDeleteVm` and answers
+    /// `CnsAlreadyRegisteredFault`, which counts as success as in the driver's
+    /// `createVolume` (`manager.go:995-1016`, `util.go:313-327`). Unlike the driver, an
+    /// answer naming another volume is an error, not protection.
+    async fn register_again(&self, id: &VolumeId) -> Result<Protection> {
+        let client = &self.inner.client;
+        let what = format!("CNS volume {id}");
+        let found = volumes::query_ids(client, op::PROTECT, std::slice::from_ref(id))
+            .await
+            .map_err(|e| fault::about(e, &what))?;
+        let Some(volume) = found.first() else {
+            return Err(volumes::volume_not_found(op::PROTECT, id));
+        };
+        let task = volumes::start_create(client, op::PROTECT, spec_again(volume))
+            .await
+            .map_err(|e| fault::about(e, &what))?;
+        let outcome =
+            task::wait::<BatchResult>(client, op::PROTECT, &task, self.inner.task_timeout, &what)
+                .await?;
+        let outcome = match outcome {
+            TaskOutcome::Success(result) => {
+                volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
+            }
+            TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
+        };
+        match outcome {
+            VolumeOutcome::Ok(got) | VolumeOutcome::AlreadyRegistered(got, _) if got == *id => {
+                tracing::debug!(volume_id = %id, "registered again by its ID: keepAfterDeleteVm set");
+                Ok(Protection::ByReRegistration)
+            }
+            VolumeOutcome::Ok(got) | VolumeOutcome::AlreadyRegistered(got, _) => {
+                let detail = format!("registering {id} again by its ID answered volume {got}");
+                Err(fault::malformed(
+                    op::PROTECT,
+                    client.sdk_url().as_str(),
+                    &detail,
+                ))
+            }
+            // A CNS fault saying the FCD is not found is NotFound, as for a delete.
+            VolumeOutcome::Failed(fault) => Err(fault::about(
+                volumes::delete_error(op::PROTECT, &fault),
+                &what,
+            )),
+            VolumeOutcome::Missing => Err(fault::malformed(
+                op::PROTECT,
+                client.sdk_url().as_str(),
+                &format!("registering {id} again by its ID: CNS returned no volume"),
             )),
         }
     }
@@ -230,7 +301,13 @@ impl VolumeBackend for CnsBackend {
                 .await
             {
                 Ok(id) => return Ok(id),
-                Err(err) if n + 1 < count && err.class != ErrorClass::NotAuthenticated => {
+                // A create that may still complete in this datacenter is never followed by
+                // one in the next.
+                Err(err)
+                    if n + 1 < count
+                        && err.class != ErrorClass::NotAuthenticated
+                        && !err.may_still_complete() =>
+                {
                     tracing::warn!(
                         path = %what,
                         datacenter = %location.datacenter_path,
@@ -316,29 +393,42 @@ impl VolumeBackend for CnsBackend {
             return Ok(Vec::new());
         }
         let client = &self.inner.client;
-        volumes::query_ids(client, ids)
+        let found = volumes::query_ids(client, op::FIND, ids)
             .await
-            .map_err(|e| fault::about(e, "volumes by ID"))
+            .map_err(|e| fault::about(e, "volumes by ID"))?;
+        Ok(found
+            .into_iter()
+            .map(volumes::CnsVolumeXml::into_volume)
+            .collect())
     }
 
     async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
         if self.inner.version.registration_protects() {
-            return Ok(Protection::ByRegistration);
+            // The create that just returned this ID set the flag; any other volume is
+            // registered again by its ID, as the driver does.
+            if self.inner.vslm.take_registered(id) {
+                return Ok(Protection::ByRegistration);
+            }
+            return self.register_again(id).await;
         }
-        self.inner
+        let kept = self
+            .inner
             .vslm
-            .keep_after_delete_vm(&self.inner.client, op::PROTECT, id)
+            .keep_and_verify(&self.inner.client, op::PROTECT, id)
             .await
             .map_err(|e| fault::about(e, &format!("CNS volume {id}")))?;
+        if !kept {
+            tracing::warn!(volume_id = %id, "keepAfterDeleteVm was set but reads back unset");
+            return Ok(Protection::NotKept);
+        }
         // The status records it (`protected`); one info line per registration is enough.
         tracing::debug!(volume_id = %id, "disk protected from VM deletion (keepAfterDeleteVm)");
         Ok(Protection::FlagSet)
     }
 
     async fn is_protected(&self, id: &VolumeId) -> Result<bool> {
-        if self.inner.version.registration_protects() {
-            return Ok(true);
-        }
+        // VSLM reports the flag on every release (`BaseConfigInfo.keepAfterDeleteVm`, vSphere
+        // API 6.7 and later), 8.0.3 included.
         self.inner
             .vslm
             .keeps_after_delete_vm(&self.inner.client, op::IS_PROTECTED, id)
@@ -352,5 +442,46 @@ impl VolumeBackend for CnsBackend {
             .create_time(&self.inner.client, op::CREATION_TIME, id)
             .await
             .map_err(|e| fault::about(e, &format!("CNS volume {id}")))
+    }
+}
+
+/// No container cluster (a volume whose metadata names none).
+static NO_CLUSTER: volumes::ContainerClusterXml = volumes::ContainerClusterXml {
+    cluster_type: String::new(),
+    cluster_id: String::new(),
+    vsphere_user: String::new(),
+    cluster_flavor: String::new(),
+    cluster_distribution: String::new(),
+};
+
+/// The spec that registers `volume` again by its ID, as the driver writes it (see
+/// `CnsBackend::register_again`): its name, type and container clusters as CNS reported
+/// them, `backingDiskId` = its ID, no datastores, no profile.
+pub(super) fn spec_again(volume: &volumes::CnsVolumeXml) -> volumes::CnsVolumeCreateSpec<'_> {
+    let metadata = volume.metadata.as_ref();
+    let cluster = metadata.and_then(|m| m.container_cluster.as_ref());
+    volumes::CnsVolumeCreateSpec {
+        name: &volume.name,
+        volume_type: &volume.volume_type,
+        datastores: Vec::new(),
+        metadata: volumes::CnsVolumeMetadata {
+            container_cluster: as_spec(cluster.unwrap_or(&NO_CLUSTER)),
+            container_cluster_array: metadata
+                .map(|m| m.container_cluster_array.iter().map(as_spec).collect())
+                .unwrap_or_default(),
+        },
+        backing_object_details: volumes::CnsBlockBackingDetails::disk_id(&volume.volume_id.id),
+        profile: Vec::new(),
+    }
+}
+
+/// A container cluster as CNS reported it, field for field in a create spec.
+fn as_spec(cluster: &volumes::ContainerClusterXml) -> volumes::CnsContainerCluster<'_> {
+    volumes::CnsContainerCluster {
+        cluster_type: &cluster.cluster_type,
+        cluster_id: &cluster.cluster_id,
+        vsphere_user: &cluster.vsphere_user,
+        cluster_flavor: &cluster.cluster_flavor,
+        cluster_distribution: &cluster.cluster_distribution,
     }
 }

@@ -37,6 +37,9 @@ pub(crate) struct AboutInfo {
     /// Product version, e.g. `8.0.3`.
     #[serde(default)]
     pub version: String,
+    /// Build number, e.g. `17137327` (6.7 Update 3l).
+    #[serde(default)]
+    pub build: String,
     #[serde(rename = "apiVersion", default)]
     pub api_version: String,
     #[serde(rename = "apiType", default)]

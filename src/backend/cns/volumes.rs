@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{BackendError, CnsVolume, ErrorClass, VolumeId, op};
+use crate::backend::{BackendError, CnsVolume, ErrorClass, VolumeId};
 
 use super::backing;
 use super::fault::{self, names};
@@ -33,7 +33,7 @@ pub(crate) struct CnsCreateVolume<'a> {
 pub(crate) struct CnsVolumeCreateSpec<'a> {
     pub name: &'a str,
     #[serde(rename = "volumeType")]
-    pub volume_type: &'static str,
+    pub volume_type: &'a str,
     pub datastores: Vec<MoRef>,
     pub metadata: CnsVolumeMetadata<'a>,
     #[serde(rename = "backingObjectDetails")]
@@ -65,13 +65,14 @@ impl<'a> CnsVolumeMetadata<'a> {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct CnsContainerCluster<'a> {
     #[serde(rename = "clusterType")]
-    pub cluster_type: &'static str,
+    pub cluster_type: &'a str,
     #[serde(rename = "clusterId")]
     pub cluster_id: &'a str,
     #[serde(rename = "vSphereUser")]
     pub vsphere_user: &'a str,
-    #[serde(rename = "clusterFlavor")]
-    pub cluster_flavor: &'static str,
+    /// Left out when empty, as govmomi does (`omitempty`).
+    #[serde(rename = "clusterFlavor", skip_serializing_if = "str::is_empty")]
+    pub cluster_flavor: &'a str,
     /// Left out when empty, as the driver does.
     #[serde(rename = "clusterDistribution", skip_serializing_if = "str::is_empty")]
     pub cluster_distribution: &'a str,
@@ -188,8 +189,51 @@ pub(crate) struct CnsVolumeXml {
     pub volume_id: CnsVolumeIdXml,
     #[serde(default)]
     pub name: String,
+    #[serde(rename = "volumeType", default)]
+    pub volume_type: String,
     #[serde(rename = "backingObjectDetails")]
     pub backing: Option<BackingDetailsXml>,
+    pub metadata: Option<VolumeMetadataXml>,
+}
+
+/// `CnsVolumeMetadata`, the parts volmig reads: the container clusters (not the entity
+/// metadata, whose `clusterId` names where a PV or pod lives, not whose volume it is).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct VolumeMetadataXml {
+    #[serde(rename = "containerCluster")]
+    pub container_cluster: Option<ContainerClusterXml>,
+    #[serde(rename = "containerClusterArray", default)]
+    pub container_cluster_array: Vec<ContainerClusterXml>,
+}
+
+/// `CnsContainerCluster` as a query reports it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct ContainerClusterXml {
+    pub cluster_type: String,
+    pub cluster_id: String,
+    #[serde(rename = "vSphereUser")]
+    pub vsphere_user: String,
+    pub cluster_flavor: String,
+    pub cluster_distribution: String,
+}
+
+impl VolumeMetadataXml {
+    /// The cluster IDs named, the deprecated `containerCluster` first, each once; empty
+    /// IDs are left out.
+    fn cluster_ids(self) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::with_capacity(1);
+        let named = self
+            .container_cluster
+            .into_iter()
+            .chain(self.container_cluster_array);
+        for cluster in named {
+            if !cluster.cluster_id.is_empty() && !ids.contains(&cluster.cluster_id) {
+                ids.push(cluster.cluster_id);
+            }
+        }
+        ids
+    }
 }
 
 /// `CnsBackingObjectDetails` and its block subtype, the parts volmig reads.
@@ -219,6 +263,10 @@ impl CnsVolumeXml {
             name: self.name,
             backing_path,
             created: None,
+            cluster_ids: self
+                .metadata
+                .map(VolumeMetadataXml::cluster_ids)
+                .unwrap_or_default(),
         }
     }
 }
@@ -334,12 +382,13 @@ pub(crate) async fn query_page(
     Ok((volumes, next))
 }
 
-/// The volumes with these IDs (one `CnsQueryVolume` filtered by `volumeIds`; the caller
-/// checks the IDs again, since servers may ignore filters).
+/// The volumes with these IDs as CNS reports them (one `CnsQueryVolume` filtered by
+/// `volumeIds`; the IDs are checked again, since servers may ignore filters).
 pub(crate) async fn query_ids(
     client: &SoapClient,
+    operation: &'static str,
     ids: &[VolumeId],
-) -> Result<Vec<CnsVolume>, BackendError> {
+) -> Result<Vec<CnsVolumeXml>, BackendError> {
     let request = CnsQueryVolume {
         this: volume_manager(),
         filter: CnsQueryFilter {
@@ -356,15 +405,14 @@ pub(crate) async fn query_ids(
         },
     };
     let response: Returnval<CnsQueryResult> = client
-        .call(Endpoint::Cns, op::FIND, "CnsQueryVolume", &request)
+        .call(Endpoint::Cns, operation, "CnsQueryVolume", &request)
         .await?;
     Ok(response
         .returnval
         .map(|r| r.volumes)
         .unwrap_or_default()
         .into_iter()
-        .map(CnsVolumeXml::into_volume)
-        .filter(|v| ids.contains(&v.id))
+        .filter(|v| ids.iter().any(|id| id.0 == v.volume_id.id))
         .collect())
 }
 

@@ -328,6 +328,36 @@ fn a_volume_without_a_usable_backing_has_no_path() {
 }
 
 #[test]
+fn query_results_carry_the_container_clusters_of_the_metadata() {
+    // The simulator's answer names the cluster in `containerCluster` only.
+    let response: Returnval<CnsQueryResult> = parse_response(QUERY).unwrap();
+    let volume = response.returnval.unwrap().volumes.remove(0).into_volume();
+    assert_eq!(volume.cluster_ids, ["cluster-1"]);
+    // vCenter 7.0+: `containerClusterArray` lists every cluster using the volume; the
+    // deprecated `containerCluster` repeats one of them. Each ID is kept once.
+    let xml = "<v xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><volumeId><id>x</id>\
+               </volumeId><name>volmig-x</name><metadata xsi:type=\"CnsVolumeMetadata\">\
+               <containerCluster><clusterType>KUBERNETES</clusterType><clusterId>a</clusterId>\
+               <vSphereUser>u</vSphereUser></containerCluster><entityMetadata \
+               xsi:type=\"CnsKubernetesEntityMetadata\"><entityName>pv-1</entityName>\
+               <clusterId>c</clusterId></entityMetadata><containerClusterArray>\
+               <clusterType>KUBERNETES</clusterType><clusterId>b</clusterId></containerClusterArray>\
+               <containerClusterArray><clusterType>KUBERNETES</clusterType><clusterId>a\
+               </clusterId></containerClusterArray></metadata></v>";
+    let volume: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+    assert_eq!(volume.into_volume().cluster_ids, ["a", "b"]);
+    // No metadata, or a cluster without an ID: no cluster.
+    for xml in [
+        "<v><volumeId><id>y</id></volumeId><name>volmig-y</name></v>",
+        "<v><volumeId><id>z</id></volumeId><metadata><containerCluster><clusterId>\
+         </clusterId></containerCluster></metadata></v>",
+    ] {
+        let volume: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+        assert!(volume.into_volume().cluster_ids.is_empty(), "{xml}");
+    }
+}
+
+#[test]
 fn paging_follows_the_cursor_and_stops_when_servers_ignore_it() {
     let cursor = |offset, total| {
         Some(CnsCursor {
@@ -349,4 +379,52 @@ fn paging_follows_the_cursor_and_stops_when_servers_ignore_it() {
     assert_eq!(next_offset(0, 500, None), None);
     // A cursor that does not advance never loops.
     assert_eq!(next_offset(500, 500, cursor(500, Some(2000))), None);
+}
+
+#[test]
+fn a_registration_again_by_id_sends_what_the_driver_sends() {
+    // manager.go `ProtectVolumeFromVMDeletion` (8.0.3+): the queried name, type and
+    // container clusters field for field, `backingDiskId` = the ID, nothing else.
+    let xml = "<v><volumeId><id>fcd-1</id></volumeId><name>pvc-driver-1</name>\
+               <volumeType>BLOCK</volumeType><datastoreUrl>ds:///a</datastoreUrl><metadata>\
+               <containerCluster><clusterType>KUBERNETES</clusterType><clusterId>c-1</clusterId>\
+               <vSphereUser>u@vsphere.local</vSphereUser><clusterFlavor>VANILLA</clusterFlavor>\
+               <clusterDistribution>OpenShift</clusterDistribution></containerCluster>\
+               <containerClusterArray><clusterType>KUBERNETES</clusterType><clusterId>c-2\
+               </clusterId><vSphereUser>v</vSphereUser></containerClusterArray></metadata>\
+               <backingObjectDetails><backingDiskId>fcd-1</backingDiskId></backingObjectDetails></v>";
+    let volume: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+    let request = CnsCreateVolume {
+        this: volume_manager(),
+        create_specs: vec![crate::backend::cns::ops::spec_again(&volume)],
+    };
+    let sent = method_xml(
+        "CnsCreateVolume",
+        crate::backend::cns::soap::CNS_NS,
+        &request,
+    );
+    assert_eq!(
+        sent.unwrap(),
+        "<CnsCreateVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+         cns-volume-manager</_this><createSpecs><name>pvc-driver-1</name><volumeType>BLOCK\
+         </volumeType><metadata><containerCluster><clusterType>KUBERNETES</clusterType>\
+         <clusterId>c-1</clusterId><vSphereUser>u@vsphere.local</vSphereUser><clusterFlavor>\
+         VANILLA</clusterFlavor><clusterDistribution>OpenShift</clusterDistribution>\
+         </containerCluster><containerClusterArray><clusterType>KUBERNETES</clusterType>\
+         <clusterId>c-2</clusterId><vSphereUser>v</vSphereUser></containerClusterArray>\
+         </metadata><backingObjectDetails xsi:type=\"CnsBlockBackingDetails\"><backingDiskId>\
+         fcd-1</backingDiskId></backingObjectDetails></createSpecs></CnsCreateVolume>"
+    );
+    // No metadata: an empty `containerCluster`, as the driver's Go struct is written.
+    let volume: CnsVolumeXml =
+        quick_xml::de::from_str("<v><volumeId><id>x</id></volumeId><name>n</name></v>").unwrap();
+    let spec = crate::backend::cns::ops::spec_again(&volume);
+    let sent = method_xml("S", "urn:vsan", &spec).unwrap();
+    assert!(
+        sent.contains(
+            "<metadata><containerCluster><clusterType/><clusterId/><vSphereUser/>\
+                       </containerCluster></metadata>"
+        ),
+        "{sent}"
+    );
 }

@@ -1,9 +1,13 @@
 //! Virtual storage lifecycle management (VSLM, `/vslm/sdk`): the `keepAfterDeleteVm`
-//! control flag of a First Class Disk. A CNS block volume ID is its FCD ID.
+//! control flag of a First Class Disk. A CNS block volume ID is its FCD ID. Also kept here:
+//! which volumes this backend's own registration just protected (vCenter 8.0.3+).
 //!
 //! The VSLM service content (`RetrieveContent` on the `VslmServiceInstance`) names the
 //! `VslmVStorageObjectManager`; calls carry the vim25 session as cookie and as the
 //! `vcSessionCookie` SOAP header, which is what vCenter's VSLM service reads.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +20,11 @@ use super::vim::{IdXml, VStorageObject};
 
 /// The control flag that keeps an FCD when a VM it is attached to is deleted.
 pub(crate) const KEEP_AFTER_DELETE_VM: &str = "keepAfterDeleteVm";
+
+/// How many of its own new registrations a backend remembers as protected by their create
+/// until asked to protect them (the registrar asks right after the create; a volume
+/// forgotten is registered again by its ID instead, which is idempotent).
+const REMEMBERED_REGISTRATIONS: usize = 1024;
 
 /// `RetrieveContent` on the `VslmServiceInstance`.
 #[derive(Serialize)]
@@ -49,13 +58,40 @@ pub(crate) struct VslmRetrieveVStorageObject<'a> {
     pub id: IdXml,
 }
 
-/// The VSLM object manager, read once.
+/// The VSLM object manager, read once, and the volumes this backend's own registration
+/// protected.
 #[derive(Default)]
 pub(crate) struct Vslm {
     manager: tokio::sync::OnceCell<MoRef>,
+    /// Volumes this backend created on vCenter 8.0.3+ (whose create set
+    /// `keepAfterDeleteVm`) and has not been asked to protect yet, oldest first.
+    registered: Mutex<VecDeque<VolumeId>>,
 }
 
 impl Vslm {
+    /// Notes that this backend's own `CnsCreateVolume` just created `id` on vCenter 8.0.3+,
+    /// which sets `keepAfterDeleteVm` on the new FCD.
+    pub fn note_registered(&self, id: &VolumeId) {
+        let mut registered = self
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if registered.len() >= REMEMBERED_REGISTRATIONS {
+            registered.pop_front();
+        }
+        registered.push_back(id.clone());
+    }
+
+    /// True, once, for a volume noted by [`Self::note_registered`].
+    pub fn take_registered(&self, id: &VolumeId) -> bool {
+        let mut registered = self
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let found = registered.iter().position(|noted| noted == id);
+        found.and_then(|n| registered.remove(n)).is_some()
+    }
+
     async fn manager(
         &self,
         client: &SoapClient,
@@ -105,6 +141,18 @@ impl Vslm {
             )
             .await?;
         Ok(())
+    }
+
+    /// Sets `keepAfterDeleteVm` on the FCD `id`, then reads it back: whether it is set now
+    /// (a server may answer the set and not keep it).
+    pub async fn keep_and_verify(
+        &self,
+        client: &SoapClient,
+        operation: &'static str,
+        id: &VolumeId,
+    ) -> Result<bool, BackendError> {
+        self.keep_after_delete_vm(client, operation, id).await?;
+        self.keeps_after_delete_vm(client, operation, id).await
     }
 
     /// Whether the FCD `id` carries `keepAfterDeleteVm`.
@@ -243,6 +291,21 @@ mod tests {
         let xml = include_str!("fixtures/vslm_set_flags.xml");
         let empty: Returnval<String> = parse_response(xml).unwrap();
         assert!(empty.returnval.is_none());
+    }
+
+    #[test]
+    fn own_registrations_are_remembered_once_and_boundedly() {
+        let vslm = Vslm::default();
+        let id = |n: usize| VolumeId(format!("vol-{n}"));
+        vslm.note_registered(&id(1));
+        assert!(!vslm.take_registered(&id(2)), "never noted");
+        assert!(vslm.take_registered(&id(1)));
+        assert!(!vslm.take_registered(&id(1)), "answered once");
+        for n in 0..=REMEMBERED_REGISTRATIONS {
+            vslm.note_registered(&id(n));
+        }
+        assert!(!vslm.take_registered(&id(0)), "the oldest is forgotten");
+        assert!(vslm.take_registered(&id(REMEMBERED_REGISTRATIONS)));
     }
 
     #[test]

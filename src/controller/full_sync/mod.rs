@@ -179,6 +179,7 @@ impl FullSync {
             volumes: &volumes,
             absent_before: &absent_before,
             gc_orphans: self.gc_orphans,
+            cluster_id: self.ctx.registrar.cluster_id(),
             driver_ids: &driver_ids,
         });
         *self.absent.lock().unwrap_or_else(PoisonError::into_inner) = planned.absent.clone();
@@ -251,7 +252,12 @@ impl FullSync {
         migrations: &[MigrationRecord],
         repaired: &HashSet<&VolumePath>,
     ) -> usize {
-        if self.ctx.driver.as_ref().is_none_or(|d| !d.publish) {
+        if self
+            .ctx
+            .driver
+            .as_ref()
+            .is_none_or(|d| !d.publish || !d.index.is_served())
+        {
             return 0;
         }
         let mut changed = 0;

@@ -118,7 +118,7 @@ pub enum Repair {
         /// The path.
         path: VolumePath,
     },
-    /// A volmig-named CNS volume that nothing references.
+    /// A volmig-named CNS volume of this cluster alone that nothing references.
     Orphan {
         /// CNS volume ID.
         id: String,
@@ -207,6 +207,9 @@ pub struct PassInputs<'a> {
     pub absent_before: &'a HashSet<VolumePath>,
     /// `--gc-orphans`.
     pub gc_orphans: bool,
+    /// This cluster's CNS container-cluster ID (`--cluster-id`): only volumes of this
+    /// cluster alone can be its orphans.
+    pub cluster_id: &'a str,
     /// IDs the CSI driver's cache holds, by canonical path.
     pub driver_ids: &'a HashMap<VolumePath, Vec<String>>,
 }
@@ -244,6 +247,14 @@ fn wrong_id(
         .get(id)
         .filter(|disk| **disk != path)
         .map(|disk| WrongId::OtherDisk((*disk).clone()))
+}
+
+/// Whether the metadata of `volume` names `cluster_id` and no other cluster. Volume names
+/// carry no cluster ID and the listing holds every CNS volume of the vCenter: a volume
+/// without cluster metadata, of another cluster or shared with one is never this
+/// cluster's orphan (docs/design.md §6.4).
+fn of_this_cluster_alone(volume: &CnsVolume, cluster_id: &str) -> bool {
+    !volume.cluster_ids.is_empty() && volume.cluster_ids.iter().all(|c| c == cluster_id)
 }
 
 fn oldest_of(volumes: &[&CnsVolume]) -> Option<String> {
@@ -429,7 +440,11 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
     let mut orphans: Vec<&CnsVolume> = inputs
         .volumes
         .iter()
-        .filter(|v| v.name.starts_with(CNS_NAME_PREFIX) && !known(&v.name))
+        .filter(|v| {
+            v.name.starts_with(CNS_NAME_PREFIX)
+                && of_this_cluster_alone(v, inputs.cluster_id)
+                && !known(&v.name)
+        })
         .collect();
     orphans.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     out.orphans = orphans.len();

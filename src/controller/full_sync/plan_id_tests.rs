@@ -11,6 +11,7 @@ fn drivers_volume(created: i64) -> CnsVolume {
         name: "pvc-random".into(),
         backing_path: None,
         created: Some(jiff::Timestamp::from_second(created).unwrap()),
+        cluster_ids: vec![CLUSTER.into()],
     }
 }
 
@@ -23,6 +24,7 @@ fn run_with_drivers_id(migrations: &[MigrationRecord], volumes: &[CnsVolume]) ->
         volumes,
         absent_before: &HashSet::new(),
         gc_orphans: false,
+        cluster_id: CLUSTER,
         driver_ids: &driver,
     })
 }
@@ -220,6 +222,7 @@ fn a_live_id_of_unknown_disk_is_given_the_benefit_of_the_doubt() {
         name: "pvc-random".into(),
         backing_path: None,
         created: None,
+        cluster_ids: vec![CLUSTER.into()],
     };
     let out = run(
         &pvs(&[(1, &["pv-1"])]),

@@ -1,6 +1,9 @@
 use super::*;
 use crate::backend::VolumeId;
 
+/// The cluster ID the passes of these tests run with.
+const CLUSTER: &str = "this-cluster";
+
 fn p(n: u32) -> VolumePath {
     VolumePath::parse(&format!("[ds] k/d{n}.vmdk")).unwrap()
 }
@@ -25,6 +28,7 @@ fn volume(id: &str, n: u32, created: i64) -> CnsVolume {
         name: p(n).cns_volume_name(),
         backing_path: Some(p(n)),
         created: Some(jiff::Timestamp::from_second(created).unwrap()),
+        cluster_ids: vec![CLUSTER.into()],
     }
 }
 
@@ -47,6 +51,7 @@ fn run(
         volumes,
         absent_before,
         gc_orphans: false,
+        cluster_id: CLUSTER,
         driver_ids: &HashMap::new(),
     })
 }
@@ -210,6 +215,7 @@ fn orphans_are_reported_and_collected_only_when_asked() {
             name: "pvc-123".into(),
             backing_path: Some(p(8)),
             created: None,
+            cluster_ids: vec![CLUSTER.into()],
         },
     ];
     let out = run(&HashMap::new(), &[], &volumes, &HashSet::new());
@@ -228,6 +234,7 @@ fn orphans_are_reported_and_collected_only_when_asked() {
         volumes: &volumes,
         absent_before: &HashSet::new(),
         gc_orphans: true,
+        cluster_id: CLUSTER,
         driver_ids: &HashMap::new(),
     });
     assert_eq!(
@@ -349,3 +356,7 @@ fn unprotected_registered_volumes_are_protected() {
 /// Which ID is the path's: the driver's, a garbage or foreign one in the status, a live one.
 #[path = "plan_id_tests.rs"]
 mod ids;
+
+/// Whose volmig-named volumes are this cluster's orphans: its own only.
+#[path = "plan_orphan_tests.rs"]
+mod orphans;

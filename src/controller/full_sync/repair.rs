@@ -325,9 +325,14 @@ impl FullSync {
             .await
             .map_err(RepairError::Register)?;
         if switched {
-            // volmig's own objects for the replaced ID would leave the driver two IDs for
-            // one path; the next publish writes the driver's ID under every spelling.
-            crate::controller::publish::unpublish(&self.ctx, path, &VolumeId::from(replaced))
+            // The driver's ID is the path's now: published under every spelling. The plan
+            // deletes volmig's objects of the replaced ID first and then creates again the
+            // driver's own object of the path, so the driver's last event for the path is
+            // an Add of its ID (removing the replaced ID's objects alone would leave the
+            // driver no entry for the path).
+            let driver_id = VolumeId::from(driver_id);
+            let protected = self.protected(path, &driver_id).await;
+            crate::controller::publish::publish(&self.ctx, path, &driver_id, protected)
                 .await
                 .map_err(RepairError::Publish)?;
         }
@@ -348,6 +353,22 @@ impl FullSync {
                 .await;
         }
         Ok(())
+    }
+
+    /// Whether the status of `path` says its volume `id` is protected from VM deletion,
+    /// read again (the pass's snapshot predates the repair); false when it cannot be read:
+    /// a protected object is never written unprotected all the same.
+    async fn protected(&self, path: &VolumePath, id: &VolumeId) -> bool {
+        match self.ctx.migrations.get_opt(&path.object_name()).await {
+            Ok(vm) => vm.and_then(|vm| vm.status).is_some_and(|s| {
+                s.volume_id.as_deref() == Some(id.0.as_str())
+                    && s.protected_from_vm_delete == Some(true)
+            }),
+            Err(e) => {
+                warn!(%path, error = %e, "could not read the VolumeMigration again");
+                false
+            }
+        }
     }
 
     async fn report_duplicates(

@@ -1,6 +1,6 @@
 //! What volmig keeps of VolumeMigrations: one compact record per object (see [`compact`]),
 //! a few hundred bytes where kube-runtime's reflector store kept the whole object, its key
-//! and copies of its identifiers (issue 14: 100,000 tracked volumes in 128 MiB).
+//! and copies of its identifiers (docs/design.md §3.1: 100,000 tracked volumes in 128 MiB).
 //!
 //! Filled by [`watch`] from a kube-runtime watcher; read by the reconciler (an object is
 //! rebuilt for each reconcile), the PV watcher, the status writer and full sync.

@@ -207,6 +207,7 @@ pub(super) async fn registered_volume(backend: &InMemoryBackend, raw: &str) -> V
             name: p.cns_volume_name(),
             cluster_id: "cluster-1".into(),
             storage_policy_name: None,
+            fence: crate::backend::SendFence::none(),
         })
         .await
         .unwrap()

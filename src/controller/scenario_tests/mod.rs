@@ -41,7 +41,7 @@ async fn scenario_new_migration_is_registered_with_write_ahead_and_one_event() {
     let task = f.reconcile(&vm);
 
     // 1. No separate PV-list write: the write-ahead carries it (4 writes per new PV,
-    //    issue 14). 2. The registrar reads the stored state under the path's lock.
+    //    docs/design.md §4.4). 2. The registrar reads the stored state under the path's lock.
     let call = f.api.next().await;
     call.expect(Method::GET, &object_url(&name), "");
     stored.get(call);
@@ -279,10 +279,14 @@ async fn scenario_deleting_a_registered_object_without_pvs_unregisters_and_relea
     let call = f.api.next().await;
     call.expect(Method::GET, &object_url(&name), "");
     stored.get(call);
-    // Unregistering, then (after the CNS delete) Pending without the ID.
+    // Unregistering, then (after the CNS delete) Pending without the ID, each conditional
+    // on the version before it.
     let call = f.api.next().await;
     call.expect(Method::PATCH, &status_url(&name), FIELD_MANAGER_QUERY);
-    assert_eq!(call.body, json!({"status": {"phase": "Unregistering"}}));
+    assert_eq!(
+        call.body,
+        json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Unregistering"}})
+    );
     assert_eq!(f.backend.calls(op::DELETE), 0, "Unregistering comes first");
     stored.patch(call, true);
     let call = f.api.next().await;
@@ -291,6 +295,7 @@ async fn scenario_deleting_a_registered_object_without_pvs_unregisters_and_relea
     assert_eq!(
         without_times(&call.body),
         json!({
+            "metadata": {"resourceVersion": "2"},
             "status": {
                 "phase": "Pending",
                 "volumeID": null,

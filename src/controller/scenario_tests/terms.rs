@@ -1,4 +1,4 @@
-//! The two-pass deletion rule across leadership terms (docs/design.md §5.3; issue 12 item 9): a
+//! The two-pass deletion rule across leadership terms (docs/design.md §5.3): a
 //! path found without PVs by one pass is deleted only when the next pass of the same term
 //! finds it so too. Before the fix, the set of paths missing their PVs outlived a term, and
 //! a replica that led again long after acted on a single pass of its new term.

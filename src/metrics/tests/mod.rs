@@ -95,6 +95,7 @@ fn every_family_has_help_and_type() {
         "volmig_backend_requests",
         "volmig_backend_request_duration_seconds",
         "volmig_leader",
+        "volmig_registrar_mode",
         "volmig_pvs_tracked",
         "volmig_name_collisions",
         "volmig_build_info",
@@ -451,3 +452,21 @@ fn reconcile_failures_count_by_reason() {
 
 #[cfg(target_os = "linux")]
 mod process_tests;
+
+#[test]
+fn the_registrar_mode_names_one_mode_at_a_time() {
+    let m = Metrics::new();
+    assert_eq!(m.registrar_mode(), None, "every mode starts at 0");
+    for mode in ["unknown", "follow", "own"] {
+        m.set_registrar_mode(mode);
+        assert_eq!(m.registrar_mode(), Some(mode));
+        let text = m.encode();
+        for other in ["unknown", "follow", "own"] {
+            let sample = format!(
+                "volmig_registrar_mode{{mode=\"{other}\"}} {}",
+                i32::from(other == mode)
+            );
+            assert!(text.contains(&sample), "{sample} missing:\n{text}");
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! Fencing (docs/design.md §4.8–4.11, issue 12): each scenario below failed on the code before
+//! Fencing (docs/design.md §4.8–4.11): each scenario below failed on the code before
 //! the fix.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ fn fenced_config() -> RegistrarConfig {
         .with_adoption_poll(Duration::from_secs(1))
 }
 
-/// Issue 12.1: a create whose outcome is unknown (timeout; the task completes 3 s later)
+/// docs/design.md §4.8: a create whose outcome is unknown (timeout; the task completes 3 s later)
 /// was retried after ~100 ms, and the second create made a duplicate.
 #[tokio::test(start_paused = true)]
 async fn unknown_create_outcome_is_awaited_not_recreated() {
@@ -32,7 +32,7 @@ async fn unknown_create_outcome_is_awaited_not_recreated() {
     assert_eq!(f.registrar.creates_in_doubt(), 0, "resolved");
 }
 
-/// Issue 12.1: a caller that dies right after an unknown outcome leaves the `Registering`
+/// docs/design.md §4.8: a caller that dies right after an unknown outcome leaves the `Registering`
 /// marker (not `Failed`), so the next registrar waits the grace too.
 #[tokio::test(start_paused = true)]
 async fn unknown_outcome_keeps_the_marker_for_the_next_process() {
@@ -81,10 +81,10 @@ async fn a_create_lost_for_good_is_retried_after_the_grace() {
 
 /// A store whose `Registering` writes take `delay` and run `during` meanwhile (the Lease
 /// passes to another replica while the write-ahead is slow).
-struct SlowWriteAhead {
-    inner: Arc<InMemoryStatusStore>,
-    delay: Duration,
-    during: Box<dyn Fn() + Send + Sync>,
+pub(super) struct SlowWriteAhead {
+    pub(super) inner: Arc<InMemoryStatusStore>,
+    pub(super) delay: Duration,
+    pub(super) during: Box<dyn Fn() + Send + Sync>,
 }
 
 #[async_trait]
@@ -106,7 +106,7 @@ impl StatusStore for SlowWriteAhead {
     }
 }
 
-/// Issue 12.2: leadership was only checked when the work was admitted; a deposed leader
+/// docs/design.md §4.9: leadership was only checked when the work was admitted; a deposed leader
 /// whose write-ahead was slow still sent its create.
 #[tokio::test(start_paused = true)]
 async fn deposed_leader_does_not_create_after_a_slow_write_ahead() {
@@ -138,7 +138,7 @@ async fn deposed_leader_does_not_create_after_a_slow_write_ahead() {
     drop(leading);
 }
 
-/// Issue 12.2: the deposed leader's unconditional status write replaced the ID the new
+/// docs/design.md §4.9: the deposed leader's unconditional status write replaced the ID the new
 /// leader had stored. Now the ID write is conditional and yields.
 #[tokio::test(start_paused = true)]
 async fn an_id_never_replaces_another_stored_meanwhile() {
@@ -172,7 +172,7 @@ async fn an_id_never_replaces_another_stored_meanwhile() {
     assert_eq!(f.registrar.unsaved_ids(), 0);
 }
 
-/// Issue 12.5: an ID kept in memory (its write failed) was written later over an ID
+/// docs/design.md §4.9: an ID kept in memory (its write failed) was written later over an ID
 /// another leader had stored in between.
 #[tokio::test(start_paused = true)]
 async fn stale_in_memory_id_never_overwrites_a_newer_stored_id() {
@@ -210,7 +210,7 @@ async fn stale_in_memory_id_never_overwrites_a_newer_stored_id() {
     assert_eq!(f.registrar.unsaved_ids(), 0, "the stale ID is dropped");
 }
 
-/// Issue 12.5: an ID kept in memory that CNS no longer has is not published.
+/// docs/design.md §4.9: an ID kept in memory that CNS no longer has is not published.
 #[tokio::test(start_paused = true)]
 async fn in_memory_id_is_rechecked_against_cns() {
     let mut retry = quick_retry();
@@ -233,7 +233,7 @@ async fn in_memory_id_is_rechecked_against_cns() {
     assert_eq!(f.backend.volumes_for(&p)[0].id, reg.volume_id);
 }
 
-/// Issue 12.6: `--gc-orphans` unregistered through `unregister`, which also deleted the
+/// docs/design.md §6.4: `--gc-orphans` unregistered through `unregister`, which also deleted the
 /// ID a new PV's VolumeMigration had just adopted.
 #[tokio::test(start_paused = true)]
 async fn orphan_collection_keeps_a_volume_adopted_meanwhile() {
@@ -263,8 +263,8 @@ async fn orphan_collection_keeps_a_volume_adopted_meanwhile() {
     assert!(f.backend.volumes_for(&q).is_empty());
 }
 
-/// Issue 12.8: unregister during `Registering` did not wait for the create, which then
-/// completed and left a registered volume nobody tracks.
+/// docs/design.md §4.8, §5.4: unregister during `Registering` did not wait for the create,
+/// which then completed and left a registered volume nobody tracks.
 #[tokio::test(start_paused = true)]
 async fn unregister_waits_for_a_create_in_flight() {
     let f = fixture(fenced_config());
@@ -287,8 +287,8 @@ async fn unregister_waits_for_a_create_in_flight() {
     assert_eq!(f.store.get(&p).unwrap().volume_id, None);
 }
 
-/// Issue 12.8: an object deleted by hand and recreated empty during a create: the ID is
-/// still stored once, never lost.
+/// docs/design.md §4.4, §5.2: an object deleted by hand and recreated empty during a
+/// create: the ID is still stored once, never lost.
 #[tokio::test(start_paused = true)]
 async fn an_id_survives_its_object_being_recreated_empty() {
     let f = fixture(fenced_config());

@@ -412,6 +412,7 @@ fn adoption_prefers_own_name_then_oldest() {
         name: name.into(),
         backing_path: None,
         created: t.map(|s| jiff::Timestamp::from_second(s).unwrap()),
+        cluster_ids: Vec::new(),
     };
     let vols = [
         vol("b", "other", Some(1)),
@@ -433,6 +434,7 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
         name: p.cns_volume_name(),
         cluster_id: "cluster-1".into(),
         storage_policy_name: None,
+        fence: crate::backend::SendFence::none(),
     };
     // Two volumes carrying volmig's name: the older one's ID sorts last.
     let first = f.backend.create_volume(&request).await.unwrap();
@@ -455,6 +457,9 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
 
 mod fencing;
 mod first_look;
+mod follow;
 mod interleavings;
+mod markers;
 mod slots;
 mod stages;
+mod unregistration;

@@ -20,6 +20,8 @@ type adminVolume struct {
 	Datastore          string `json:"datastore"`
 	ClusterID          string `json:"clusterId"`
 	CreateTime         string `json:"createTime"`
+	// KeepAfterDeleteVM is the keepAfterDeleteVm flag of the volume's FCD.
+	KeepAfterDeleteVM bool `json:"keepAfterDeleteVm"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v interface{}) {
@@ -90,6 +92,7 @@ func (h *harness) listVolumes() []adminVolume {
 					av.BackingPath = fmt.Sprintf("[%s] %s", vm.datastore, vm.relPath)
 				}
 				av.CreateTime = vm.createTime.UTC().Format(time.RFC3339Nano)
+				av.KeepAfterDeleteVM = h.fcds.keepsAfterDeleteVM(vm.fcdID())
 			}
 			out = append(out, av)
 		}

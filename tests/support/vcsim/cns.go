@@ -26,7 +26,9 @@ import (
 //     the wrapper resolves dcPath/dsName from the URL and passes the datastore, so every
 //     call creates a new volume with a new ID, as vCenter does for parallel registrations;
 //   - the backing disk must exist (else the volume result carries a CnsFault);
-//   - optional CnsAlreadyRegisteredFault for a disk registered before the call arrived;
+//   - CnsAlreadyRegisteredFault for a disk registered before the call arrived, on the
+//     releases whose CNS has it (7.0.3, 8.0.3) or with -cns-already-registered; on 8.0.3 a
+//     registration by backingDiskId refused so sets keepAfterDeleteVm first;
 //   - queries return CnsBlockBackingDetails (backingDiskId, backingDiskUrlPath), are sorted
 //     by creation, honour the filters vCenter honours and the cursor (see -cns-query);
 //   - CnsDeleteVolume of an unknown ID yields a NotFound fault in its volume result, and
@@ -170,8 +172,9 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 	var ds *datastore
 	var rel, backingURL, diskID string
 	if block.BackingDiskId != "" {
-		// An FCD made by RegisterDisk (or an earlier registration): vCenter 6.7.3 < API
-		// <= 7.0.0 registers this way. The first CNS volume takes the FCD's ID.
+		// An FCD made by RegisterDisk (or an earlier registration): vCenter 6.7 Update 3l
+		// (API 6.7.3, build >= 17137327) up to API 7.0.0 registers this way. The first CNS
+		// volume takes the FCD's ID.
 		f, ok := m.h.fcds.get(block.BackingDiskId)
 		if !ok {
 			msg := fmt.Sprintf("The object or item referred to could not be found: FCD %s", block.BackingDiskId)
@@ -191,8 +194,13 @@ func (m *cnsManager) createOne(ctx context.Context, spec cnstypes.CnsVolumeCreat
 		msg := fmt.Sprintf("File [%s] %s was not found", ds.name, rel)
 		return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsFault{Reason: msg}, msg)}
 	}
-	if m.h.opts.alreadyReg {
-		if vm := m.firstRegistered(ds.name, rel, arrival); vm != nil {
+	if m.refusesReRegistration() {
+		if vm := m.registeredBefore(block.BackingDiskId, ds.name, rel, arrival); vm != nil {
+			if block.BackingDiskId != "" && m.h.modes.currentVersion().atLeast803() {
+				// From 8.0.3 the CSI driver protects an existing volume this way
+				// (ProtectVolumeFromVMDeletion): CNS sets the flag, then refuses.
+				m.h.fcds.setFlags(vm.fcdID(), []string{string(types.VslmVStorageObjectControlFlagKeepAfterDeleteVm)}, true)
+			}
 			msg := fmt.Sprintf("The input volume [%s] %s is already registered as %s", ds.name, rel, vm.id)
 			return []cnstypes.BaseCnsVolumeOperationResult{createFault(spec.Name, &cnstypes.CnsAlreadyRegisteredFault{VolumeId: cnstypes.CnsVolumeId{Id: vm.id}}, msg)}
 		}
@@ -269,6 +277,32 @@ func (m *cnsManager) innerTaskResult(ref types.ManagedObjectReference) []cnstype
 		return batch.VolumeResults
 	}
 	return nil
+}
+
+// refusesReRegistration tells whether a create of a disk registered before the call
+// arrived answers CnsAlreadyRegisteredFault: always with -cns-already-registered, else on
+// the releases whose CNS has the fault.
+func (m *cnsManager) refusesReRegistration() bool {
+	return m.h.opts.alreadyReg || m.h.modes.currentVersion().refusesReRegistration()
+}
+
+// registeredBefore returns the volume the disk is registered as since before arrival, or
+// nil: the volume of ID diskID when the create names that FCD (its first registration took
+// the FCD's ID), else the oldest volume of the disk rel on datastore ds.
+func (m *cnsManager) registeredBefore(diskID, ds, rel string, arrival time.Time) *volumeMeta {
+	if vm := m.meta[diskID]; diskID != "" && vm != nil && vm.createTime.Before(arrival) {
+		return vm
+	}
+	return m.firstRegistered(ds, rel, arrival)
+}
+
+// fcdID is the ID of the FCD behind the volume: the FCD a backingDiskId registration
+// named, else the volume ID (a registration by URL makes an FCD of that ID).
+func (vm *volumeMeta) fcdID() string {
+	if vm.backingDiskID != "" {
+		return vm.backingDiskID
+	}
+	return vm.id
 }
 
 // firstRegistered returns the oldest volume (by creation, then ID) registered for the

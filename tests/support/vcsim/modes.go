@@ -29,6 +29,9 @@ type vcVersion struct {
 var vcVersions = []vcVersion{
 	{Name: "6.5", Version: "6.5.0", APIVersion: "6.5", Build: "5973321"},
 	{Name: "6.7.3", Version: "6.7.0", APIVersion: "6.7.3", Build: "14367737"},
+	// 6.7 Update 3l: the same version and API version as any 6.7 Update 3, told apart
+	// only by the build (the vSphere CSI driver registers by RegisterDisk from it on).
+	{Name: "6.7U3l", Version: "6.7.0", APIVersion: "6.7.3", Build: "17137327"},
 	{Name: "7.0.0", Version: "7.0.0", APIVersion: "7.0.0.0", Build: "15952498"},
 	{Name: "7.0.3", Version: "7.0.3", APIVersion: "7.0.3.0", Build: "18700403"},
 	{Name: "8.0.3", Version: "8.0.3", APIVersion: "8.0.3.0", Build: "24022515"},
@@ -52,6 +55,13 @@ func (v vcVersion) atLeast803() bool {
 	return v.Name == "8.0.3"
 }
 
+// refusesReRegistration tells whether CNS answers CnsAlreadyRegisteredFault for a disk that
+// is a CNS volume already (the fault exists since vSphere 7.0 Update 1; older CNS made
+// another volume).
+func (v vcVersion) refusesReRegistration() bool {
+	return v.Name == "7.0.3" || v.Name == "8.0.3"
+}
+
 // modes are the fault and behaviour switches that tests flip at start (flags) or at run
 // time (POST /debug/modes); every field is guarded by mu.
 type modes struct {
@@ -66,6 +76,8 @@ type modes struct {
 	failTaskPollsWindow time.Duration
 	lastCreate          time.Time
 	version             vcVersion
+	// VslmSetVStorageObjectControlFlags answers success but sets nothing.
+	vslmSetFlagsIgnored bool
 	// Hostile answers and certificates (hostile.go).
 	hostile hostileModes
 }
@@ -79,6 +91,8 @@ type modesJSON struct {
 	VcenterVersion        *string `json:"vcenterVersion,omitempty"`
 	AboutVersion          string  `json:"aboutVersion,omitempty"`
 	AboutAPIVersion       string  `json:"aboutApiVersion,omitempty"`
+	AboutBuild            string  `json:"aboutBuild,omitempty"`
+	VslmSetFlagsIgnored   *bool   `json:"vslmSetFlagsIgnored,omitempty"`
 	hostileJSON
 }
 
@@ -90,6 +104,7 @@ func (m *modes) snapshot() modesJSON {
 	fail := m.failTaskPolls
 	window := m.failTaskPollsWindow.Milliseconds()
 	name := m.version.Name
+	ignored := m.vslmSetFlagsIgnored
 	return modesJSON{
 		CnsTaskDurationMs:     &task,
 		DropCreateReplies:     &drop,
@@ -98,6 +113,8 @@ func (m *modes) snapshot() modesJSON {
 		VcenterVersion:        &name,
 		AboutVersion:          m.version.Version,
 		AboutAPIVersion:       m.version.APIVersion,
+		AboutBuild:            m.version.Build,
+		VslmSetFlagsIgnored:   &ignored,
 		hostileJSON:           m.hostile.toJSON(),
 	}
 }
@@ -112,6 +129,14 @@ func (m *modes) currentVersion() vcVersion {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.version
+}
+
+// setFlagsIgnored says whether VslmSetVStorageObjectControlFlags must leave the flags as
+// they are (and answer success all the same).
+func (m *modes) setFlagsIgnored() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.vslmSetFlagsIgnored
 }
 
 // createArrived notes a CnsCreateVolume (for the poll-failure window) and says whether
@@ -194,6 +219,9 @@ func (h *harness) patchModes(p modesJSON) error {
 	}
 	if p.FailTaskPollsWindowMs != nil {
 		m.failTaskPollsWindow = time.Duration(*p.FailTaskPollsWindowMs) * time.Millisecond
+	}
+	if p.VslmSetFlagsIgnored != nil {
+		m.vslmSetFlagsIgnored = *p.VslmSetFlagsIgnored
 	}
 	m.hostile.apply(p.hostileJSON)
 	return nil

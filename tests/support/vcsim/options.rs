@@ -27,7 +27,8 @@ pub struct VcsimOptions {
     /// Number of local datastores (`LocalDS_0`..); at least 1.
     pub datastores: usize,
     /// `CnsCreateVolume` of a disk registered before the call arrived fails with
-    /// `CnsAlreadyRegisteredFault` (overlapping calls still create duplicates).
+    /// `CnsAlreadyRegisteredFault` (overlapping calls still create duplicates) whatever the
+    /// reported release; the `7.0.3` and `8.0.3` releases answer so without it.
     pub already_registered_fault: bool,
     /// Queries behave like govmomi's simulator: only `volumeIds` honoured, no paging.
     pub upstream_queries: bool,
@@ -47,7 +48,7 @@ pub struct VcsimOptions {
     /// Runtime: `Vcsim::set_fail_task_polls_window`.
     pub fail_task_polls_window: Option<Duration>,
     /// Reported vCenter release: `6.5` (govmomi's default, used when `None`), `6.7.3`,
-    /// `7.0.0`, `7.0.3` or `8.0.3`. Runtime: `Vcsim::set_vcenter_version`.
+    /// `6.7U3l`, `7.0.0`, `7.0.3` or `8.0.3`. Runtime: `Vcsim::set_vcenter_version`.
     pub vcenter_version: Option<String>,
 }
 
@@ -190,6 +191,10 @@ pub struct SimVolume {
     pub cluster_id: String,
     /// Creation time, RFC 3339.
     pub create_time: String,
+    /// Whether the volume's FCD carries `keepAfterDeleteVm` (kept when a VM it is
+    /// attached to is deleted).
+    #[serde(default)]
+    pub keep_after_delete_vm: bool,
 }
 
 /// SOAP call counters of the harness (`GET /debug/stats`), counted as calls arrive.
@@ -271,12 +276,19 @@ pub struct SimModes {
     pub fail_task_polls: u32,
     /// Window after each create in which task polls fail, in milliseconds.
     pub fail_task_polls_window_ms: u64,
-    /// Reported release (`6.5`, `6.7.3`, `7.0.0`, `7.0.3`, `8.0.3`).
+    /// Reported release (`6.5`, `6.7.3`, `6.7U3l`, `7.0.0`, `7.0.3`, `8.0.3`).
     pub vcenter_version: String,
     /// `about.version` as reported.
     pub about_version: String,
     /// `about.apiVersion` as reported.
     pub about_api_version: String,
+    /// `about.build` as reported.
+    #[serde(default)]
+    pub about_build: String,
+    /// `VslmSetVStorageObjectControlFlags` answers success but sets nothing (a flag that
+    /// does not stick). Runtime: `patch_modes({"vslmSetFlagsIgnored": true})`.
+    #[serde(default)]
+    pub vslm_set_flags_ignored: bool,
 }
 
 /// The container cluster of a recorded create spec.

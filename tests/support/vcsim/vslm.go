@@ -97,6 +97,15 @@ func (s *fcdStore) setFlags(id string, flags []string, on bool) bool {
 	return true
 }
 
+// keepsAfterDeleteVM tells whether the FCD id carries keepAfterDeleteVm (false when the
+// FCD is unknown).
+func (s *fcdStore) keepsAfterDeleteVM(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.byID[id]
+	return ok && f.Flags[string(types.VslmVStorageObjectControlFlagKeepAfterDeleteVm)]
+}
+
 // adminFcd is one entry of GET /debug/vslm/objects.
 type adminFcd struct {
 	ID                string   `json:"id"`
@@ -264,8 +273,15 @@ func (m *vslmObjectManager) VslmRetrieveVStorageObject(req *vslmtypes.VslmRetrie
 	return &vslmmethods.VslmRetrieveVStorageObjectBody{Res: &vslmtypes.VslmRetrieveVStorageObjectResponse{Returnval: f.vStorageObject()}}
 }
 
-// VslmSetVStorageObjectControlFlags sets the given flags (keepAfterDeleteVm, ...).
+// VslmSetVStorageObjectControlFlags sets the given flags (keepAfterDeleteVm, ...); with
+// the vslmSetFlagsIgnored mode it answers success and sets nothing.
 func (m *vslmObjectManager) VslmSetVStorageObjectControlFlags(req *vslmtypes.VslmSetVStorageObjectControlFlags) soap.HasFault {
+	if m.h.modes.setFlagsIgnored() {
+		if _, ok := m.h.fcds.get(req.Id.Id); !ok {
+			return &vslmmethods.VslmSetVStorageObjectControlFlagsBody{Fault_: notFound(req.Id.Id)}
+		}
+		return &vslmmethods.VslmSetVStorageObjectControlFlagsBody{Res: &vslmtypes.VslmSetVStorageObjectControlFlagsResponse{}}
+	}
 	if !m.h.fcds.setFlags(req.Id.Id, req.ControlFlags, true) {
 		return &vslmmethods.VslmSetVStorageObjectControlFlagsBody{Fault_: notFound(req.Id.Id)}
 	}

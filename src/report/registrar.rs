@@ -1,0 +1,220 @@
+//! Who registers in-tree vmdks, as far as one read of the vSphere CSI driver's syncer Lease
+//! tells (docs/design.md §8.7): the `Registrar:` line of the table and `registrar` in JSON.
+//!
+//! The daemon decides on its own monotonic clock from the renewals it sees
+//! ([`crate::syncer_lease::SyncerObserver`]). A one-shot report sees one version of the
+//! Lease and no renewal, so [`decide`] takes the Lease as read: held by an identity that is
+//! not volmig's and `renewTime` + `leaseDurationSeconds` still ahead of the wall clock →
+//! follow; held but stale, without a holder, or absent → own; unreadable → unknown. Pure:
+//! [`super::fetch::read_syncer_lease`] does the one GET.
+
+use std::fmt;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use serde::Serialize;
+
+use crate::syncer_lease::{DEFAULT_SYNCER_LEASE_DURATION, SyncerLeaseConfig, VOLMIG_HOLDER_PREFIX};
+
+/// The fields of the syncer's Lease the decision reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncerLease {
+    /// `spec.holderIdentity`.
+    pub holder_identity: Option<String>,
+    /// `spec.renewTime`.
+    pub renew_time: Option<Timestamp>,
+    /// `spec.leaseDurationSeconds`, as written.
+    pub lease_duration_seconds: Option<i32>,
+}
+
+impl From<&LeaseSpec> for SyncerLease {
+    fn from(spec: &LeaseSpec) -> Self {
+        Self {
+            holder_identity: spec.holder_identity.clone(),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0),
+            lease_duration_seconds: spec.lease_duration_seconds,
+        }
+    }
+}
+
+/// What the one GET of the syncer's Lease found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncerLeaseRead {
+    /// `--driver-syncer-lease` is empty: nothing was read, nobody is followed.
+    NotNamed,
+    /// The Lease does not exist (HTTP 404).
+    Absent,
+    /// The Lease as read.
+    Found(SyncerLease),
+    /// The GET failed: the HTTP status code (`None`: no answer) and the message.
+    Unreadable {
+        /// HTTP status code of the API server's answer, if there was one.
+        code: Option<u16>,
+        /// The API server's message, or the client error.
+        message: String,
+    },
+}
+
+/// Who registers in-tree vmdks (the `mode` of `volmig_registrar_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// volmig registers.
+    Own,
+    /// The CSI driver's syncer registers; volmig adopts its volumes.
+    Follow,
+    /// The report cannot tell.
+    Unknown,
+}
+
+impl Mode {
+    /// `own`, `follow` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Own => "own",
+            Mode::Follow => "follow",
+            Mode::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The registrar as the report names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registrar {
+    /// Who registers.
+    pub mode: Mode,
+    /// `namespace/name` of the syncer's Lease (`None`: `--driver-syncer-lease` is empty).
+    pub lease: Option<String>,
+    /// The Lease's `holderIdentity` (`None`: no Lease, or no holder).
+    pub holder: Option<String>,
+    /// The Lease's `renewTime`, as read.
+    pub renew_time: Option<Timestamp>,
+    /// The lease duration the decision used: the Lease's, or 30 s when it names none
+    /// (`None`: no Lease).
+    pub lease_duration_seconds: Option<u64>,
+    /// Why, for a human.
+    pub why: String,
+}
+
+impl Registrar {
+    /// The table's line: `Registrar: <mode> — <why>`.
+    pub fn line(&self) -> String {
+        format!("Registrar: {} — {}", self.mode, self.why)
+    }
+}
+
+/// Decides who registers from the Lease of `config` as `read`, at wall-clock `now`.
+///
+/// - held by an identity not starting with [`VOLMIG_HOLDER_PREFIX`] and `now` before
+///   `renewTime` + `leaseDurationSeconds` (30 s when absent or not positive): **follow**;
+/// - held but past that: **own** (the syncer stopped renewing);
+/// - no holder, volmig's own identity, no Lease, or no Lease named: **own**;
+/// - held without a `renewTime`, or not readable (e.g. HTTP 403): **unknown**.
+pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp) -> Registrar {
+    let name = format!("{}/{}", config.namespace, config.lease_name);
+    let mut registrar = Registrar {
+        mode: Mode::Own,
+        lease: Some(name.clone()),
+        holder: None,
+        renew_time: None,
+        lease_duration_seconds: None,
+        why: String::new(),
+    };
+    let lease = match read {
+        SyncerLeaseRead::NotNamed => {
+            registrar.lease = None;
+            registrar.why = "no CSI driver syncer is followed (--driver-syncer-lease is empty): \
+                             volmig registers"
+                .to_owned();
+            return registrar;
+        }
+        SyncerLeaseRead::Absent => {
+            registrar.why =
+                format!("no CSI driver syncer Lease ({name} not found): volmig registers");
+            return registrar;
+        }
+        SyncerLeaseRead::Unreadable { code, message } => {
+            registrar.mode = Mode::Unknown;
+            registrar.why = match code {
+                Some(code @ (401 | 403)) => format!(
+                    "cannot read the CSI driver's syncer Lease {name}: {message} (HTTP {code}); \
+                     the report needs get on that Lease"
+                ),
+                Some(code) => format!(
+                    "cannot read the CSI driver's syncer Lease {name}: {message} (HTTP {code})"
+                ),
+                None => format!("cannot read the CSI driver's syncer Lease {name}: {message}"),
+            };
+            return registrar;
+        }
+        SyncerLeaseRead::Found(lease) => lease,
+    };
+    let seconds = lease
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(DEFAULT_SYNCER_LEASE_DURATION.as_secs());
+    registrar.lease_duration_seconds = Some(seconds);
+    registrar.renew_time = lease.renew_time;
+    let Some(holder) = lease.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
+        registrar.why =
+            format!("the CSI driver's syncer Lease {name} has no holder: volmig registers");
+        return registrar;
+    };
+    registrar.holder = Some(holder.to_owned());
+    if holder.starts_with(VOLMIG_HOLDER_PREFIX) {
+        registrar.why = format!(
+            "the Lease {name} is held by volmig's own identity {holder}, not by the CSI \
+             driver's syncer: volmig registers"
+        );
+        return registrar;
+    }
+    let Some(renewed) = lease.renew_time else {
+        registrar.mode = Mode::Unknown;
+        registrar.why = format!(
+            "the CSI driver's syncer {holder} holds the Lease {name} but it has no renewTime: \
+             the report cannot tell whether it is live (the daemon follows it for {seconds} s \
+             from when it first sees it)"
+        );
+        return registrar;
+    };
+    // i64 seconds: u64 values from a positive i32 always fit
+    let duration = SignedDuration::from_secs(i64::try_from(seconds).unwrap_or(i64::MAX));
+    // None: past the end of time, i.e. live for as long as anyone can tell
+    let expires = renewed.checked_add(duration).ok();
+    let renewed_text = whole_seconds(renewed);
+    match expires {
+        Some(expires) if now >= expires => {
+            registrar.why = format!(
+                "the CSI driver's syncer Lease {name} expired at {} (held by {holder}, renewed \
+                 {renewed_text}, {seconds} s): volmig registers",
+                whole_seconds(expires)
+            );
+        }
+        _ => {
+            registrar.mode = Mode::Follow;
+            registrar.why = format!(
+                "the CSI driver's syncer {holder} (Lease {name}, renewed {renewed_text}, \
+                 {seconds} s) registers in-tree vmdks; volmig adopts its volumes (as of the \
+                 Lease's renewTime; the daemon decides on its own clock)"
+            );
+        }
+    }
+    registrar
+}
+
+/// `2026-12-07T01:02:03Z`: UTC, fractions of a second left out.
+fn whole_seconds(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+#[cfg(test)]
+#[path = "registrar_tests.rs"]
+mod tests;
