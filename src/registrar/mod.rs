@@ -32,6 +32,7 @@ use crate::volume_path::VolumePath;
 
 mod create;
 mod error;
+mod failure;
 mod in_flight;
 mod keyed_lock;
 #[cfg(any(test, feature = "testing"))]

@@ -204,7 +204,7 @@ async fn a_deposed_replica_records_no_failure() {
 
 #[test]
 fn a_failure_clears_only_a_marker_whose_create_ended() {
-    use super::super::operations::{FailureRecord, decide_failure_record};
+    use super::super::failure::{FailureRecord, decide_failure_record};
     let marked = |phase| StoredState {
         phase: Some(phase),
         marker: Some("a/1".into()),
