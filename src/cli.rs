@@ -233,24 +233,9 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_PUBLISH_DRIVER_CACHE", value_enum, default_value_t = PublishDriverCache::Auto)]
     pub publish_driver_cache: PublishDriverCache,
 
-    /// Namespace of the vSphere CSI driver (where its syncer's Lease and its cluster-ID
-    /// ConfigMap `vsphere-csi-cluster-id` live).
-    #[arg(
-        long,
-        env = "VOLMIG_DRIVER_NAMESPACE",
-        default_value = "vmware-system-csi"
-    )]
-    pub driver_namespace: String,
-
-    /// The Lease the CSI driver's syncer leads with. While another holder renews it, the
-    /// driver registers in-tree vmdks itself and volmig creates nothing (it adopts); an
-    /// empty value never follows the driver (only where no driver syncer runs).
-    #[arg(
-        long,
-        env = "VOLMIG_DRIVER_SYNCER_LEASE",
-        default_value = "vsphere-syncer"
-    )]
-    pub driver_syncer_lease: String,
+    /// Where the vSphere CSI driver runs.
+    #[command(flatten)]
+    pub driver: DriverArgs,
 
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
@@ -347,8 +332,16 @@ pub struct ReportArgs {
     #[arg(long)]
     pub not_ready: bool,
 
-    /// Namespace of the vSphere CSI driver, where its syncer's Lease lives (as for
-    /// `volmig run`).
+    /// Where the vSphere CSI driver runs.
+    #[command(flatten)]
+    pub driver: DriverArgs,
+}
+
+/// Where the vSphere CSI driver runs (`volmig run` and `volmig report`, docs/design.md §8).
+#[derive(Debug, Clone, Args)]
+pub struct DriverArgs {
+    /// Namespace of the vSphere CSI driver (where its syncer's Lease and its cluster-ID
+    /// ConfigMap `vsphere-csi-cluster-id` live).
     #[arg(
         long,
         env = "VOLMIG_DRIVER_NAMESPACE",
@@ -357,14 +350,25 @@ pub struct ReportArgs {
     )]
     pub driver_namespace: String,
 
-    /// The Lease the CSI driver's syncer leads with (as for `volmig run`): read once to name
-    /// the registrar; empty: the driver's syncer is not followed.
+    /// The Lease the CSI driver's syncer leads with. While another holder renews it, the
+    /// driver registers in-tree vmdks itself and volmig creates nothing (it adopts); an
+    /// empty value never follows the driver (only where no driver syncer runs).
     #[arg(
         long,
         env = "VOLMIG_DRIVER_SYNCER_LEASE",
         default_value = "vsphere-syncer"
     )]
     pub driver_syncer_lease: String,
+}
+
+impl DriverArgs {
+    /// The driver syncer's Lease to follow.
+    pub fn syncer_lease(&self) -> crate::syncer_lease::SyncerLeaseConfig {
+        crate::syncer_lease::SyncerLeaseConfig {
+            namespace: self.driver_namespace.clone(),
+            lease_name: self.driver_syncer_lease.clone(),
+        }
+    }
 }
 
 /// Highest accepted `--vc-requests-per-second`.

@@ -71,7 +71,7 @@ fn url_is_required_without_csi_config_and_cluster_id_never() {
     // The CSI driver's ConfigMap may supply the cluster ID (checked at start-up).
     let args = run_args(&["--vc-url", "https://vc/sdk"]).unwrap();
     assert_eq!(args.cluster_id, None);
-    assert_eq!(args.driver_namespace, "vmware-system-csi");
+    assert_eq!(args.driver.driver_namespace, "vmware-system-csi");
     let args = run_args(&["--csi-config", "/etc/csi/csi-vsphere.conf"]).unwrap();
     assert_eq!(args.vc_url, None);
     assert_eq!(args.cluster_id, None);

@@ -131,11 +131,11 @@ pub async fn read_driver_cluster_id(
 /// ConfigMap in `--driver-namespace` ([`decide`]). Logged once.
 pub async fn resolve(client: &kube::Client, args: &RunArgs) -> anyhow::Result<String> {
     let configured = crate::vcenter_config::resolve(args)?.cluster_id;
-    let driver = read_driver_cluster_id(client, &args.driver_namespace).await?;
+    let driver = read_driver_cluster_id(client, &args.driver.driver_namespace).await?;
     let decided = decide(
         configured.as_ref(),
         driver.as_deref(),
-        &args.driver_namespace,
+        &args.driver.driver_namespace,
     )?;
     info!(cluster_id = %decided.id, from = %decided.from, "CNS cluster ID");
     Ok(decided.id)

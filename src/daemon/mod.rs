@@ -195,10 +195,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let migrations: Api<VolumeMigration> = Api::all(client.clone());
     let (mode_gate, mode_task) = registrar_mode::start(
         &client,
-        crate::syncer_lease::SyncerLeaseConfig {
-            namespace: args.driver_namespace.clone(),
-            lease_name: args.driver_syncer_lease.clone(),
-        },
+        args.driver.syncer_lease(),
         &metrics,
         cache.clone(),
         queue.clone(),

@@ -26,8 +26,6 @@ pub use model::{DriverCacheRequirement, Report, Row, build};
 pub use registrar::{Registrar, SyncerLeaseRead};
 pub use render::{Format, RowFilter, render, verdict};
 
-use crate::syncer_lease::SyncerLeaseConfig;
-
 /// Exit code: every in-tree PV is ready.
 pub const EXIT_READY: u8 = 0;
 /// Exit code: at least one in-tree PV is not ready.
@@ -59,10 +57,7 @@ impl Rendered {
 
 /// `volmig report`: reads the cluster and renders the report as `args` asks.
 pub async fn run(client: kube::Client, args: &ReportArgs) -> Result<Rendered, FetchError> {
-    let syncer = SyncerLeaseConfig {
-        namespace: args.driver_namespace.clone(),
-        lease_name: args.driver_syncer_lease.clone(),
-    };
+    let syncer = args.driver.syncer_lease();
     let lease = async {
         let read = fetch::read_syncer_lease(client.clone(), &syncer).await;
         (read, jiff::Timestamp::now())

@@ -180,13 +180,13 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "driver-namespace",
             vec!["--set-string", "driver.namespace=csi-system"],
             "--driver-namespace=csi-system",
-            |a| a.driver_namespace == "csi-system",
+            |a| a.driver.driver_namespace == "csi-system",
         ),
         (
             "driver-syncer-lease",
             vec!["--set-string", "driver.syncerLease=csi-syncer"],
             "--driver-syncer-lease=csi-syncer",
-            |a| a.driver_syncer_lease == "csi-syncer",
+            |a| a.driver.driver_syncer_lease == "csi-syncer",
         ),
         (
             "vc-requests-per-second",
