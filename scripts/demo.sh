@@ -120,6 +120,12 @@ PY
 kubectl get events -A --field-selector reason=InvalidVolumePath -o custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message 2>/dev/null \
   || kubectl get events -A | grep -i invalid || true
 
+echo
+echo "== preflight: volmig check (the same flags as volmig run; read-only)"
+"$volmig" check --kubeconfig "$work/kubeconfig" --vc-url "$vc_url" --vc-ca-file "$work/vc-ca.pem" \
+  --vc-credentials-file "$work/credentials" --cluster-id demo-cluster \
+  --vc-request-timeout 20s
+
 if [ "${DEMO_KEEP:-0}" = 1 ]; then
   cat <<MSG
 

@@ -79,6 +79,14 @@ pub enum Command {
     /// driver object. Exits 0 only when all are Registered (and published when required),
     /// 1 when not, 2 on errors.
     Report(ReportArgs),
+    /// Read-only preflight (docs/operations.md, "Preflight: `volmig check`"): vCenter TLS,
+    /// login, version, CNS, the datastores of the in-tree PVs, the cluster ID, the CSI
+    /// driver and RBAC, one line each. Takes the flags and environment of `run`. Exits 0
+    /// when no check fails, 1 otherwise.
+    #[command(mut_arg("output", |arg| arg
+        .requires(clap::builder::Resettable::<clap::Id>::Reset)
+        .help("Output format: table or json")))]
+    Check(Box<RunArgs>),
 }
 
 /// Flags of `volmig crd`.

@@ -18,6 +18,7 @@
 pub mod api;
 pub mod backend;
 pub mod backoff;
+pub mod check;
 pub mod cli;
 pub mod compact_text;
 pub mod controller;

@@ -113,6 +113,28 @@ fn main() -> ExitCode {
             });
             print_rendered(result)
         }
+        Command::Check(args) => check(&args),
+    }
+}
+
+/// `volmig check`: every preflight line, then exit 0 (no ✗), 1 (a ✗) or 2 (bad arguments).
+fn check(args: &volmig::cli::RunArgs) -> ExitCode {
+    let report = match runtime() {
+        Ok(rt) => rt.block_on(volmig::check::run(args)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(volmig::check::EXIT_ERROR);
+        }
+    };
+    match volmig::check::render(&report, args.output) {
+        Ok((text, code)) => {
+            print!("{text}");
+            ExitCode::from(code)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(volmig::check::EXIT_ERROR)
+        }
     }
 }
 

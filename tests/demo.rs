@@ -72,7 +72,22 @@ fn demo_prints_the_table_and_no_duplicates() {
             "a published, protected mapping: {row}"
         );
     }
+    let check: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("== preflight: volmig check"))
+        .skip(1)
+        .collect();
+    assert!(
+        check
+            .iter()
+            .any(|l| l.starts_with("all ") && l.contains("checks passed")),
+        "volmig check ran last and passed:\n{stdout}"
+    );
+    assert!(
+        check.iter().all(|l| !l.contains('✗')),
+        "volmig check printed no ✗:\n{stdout}"
+    );
     println!(
-        "make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0, 3 driver cache objects"
+        "make demo: table with 2 Registered + 1 Failed, CNS volumes: 2 for 2 vmdks, duplicates: 0, 3 driver cache objects, volmig check all ✓"
     );
 }

@@ -50,7 +50,10 @@ fn make_helm_provides_helm_4() {
 #[test]
 fn helm_lint_is_clean_for_default_and_all_features_values() {
     let all = all_features_values();
-    let cases: [Vec<&std::ffi::OsStr>; 2] = [vec![], vec!["--values".as_ref(), all.as_os_str()]];
+    // The defaults plus what they lack on purpose (a registry and a vCenter URL).
+    let base = helm::base_values(&[]);
+    let base: Vec<&std::ffi::OsStr> = base.iter().map(|a| a.as_ref()).collect();
+    let cases: [Vec<&std::ffi::OsStr>; 2] = [base, vec!["--values".as_ref(), all.as_os_str()]];
     for extra in cases {
         let output = run(helm::helm()
             .args(["lint", "--strict"])
@@ -113,11 +116,20 @@ fn chart_version_metadata_follows_the_crate() {
     );
     let rendered = render(&[]);
     let image = helm::volmig_container(rendered.deployment())["image"].clone();
-    assert_eq!(image, format!("volmig:{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        image,
+        format!(
+            "{}:{}",
+            helm::TEST_IMAGE_REPOSITORY,
+            env!("CARGO_PKG_VERSION")
+        )
+    );
 }
 
 #[test]
 fn default_values_render_a_restricted_leader_elected_deployment() {
+    // The defaults plus the two values they lack on purpose (helm::base_values): an image
+    // repository with a registry and a vCenter URL.
     let rendered = render(&[]);
     assert_eq!(
         rendered.kind_names(),
@@ -157,6 +169,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
         rendered.args(),
         [
             "run",
+            "--vc-url=https://vcenter.example/sdk",
             "--vc-credentials-file=/etc/volmig/vcenter/credentials",
             "--vc-requests-per-second=50",
             "--full-sync-interval=10m",
@@ -198,14 +211,10 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
         deployment["spec"]["selector"]["matchLabels"]
     );
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
-    // Without vCenter URL and cluster ID the daemon must not start half-configured: the
-    // flags are left out so that volmig itself says which one is missing.
-    let mut args = rendered.args();
-    args.extend([
-        "--vc-url=https://vc/sdk".to_owned(),
-        "--cluster-id=c".to_owned(),
-    ]);
-    let parsed = parse_run_args(&args);
+    // Without a cluster ID the flag is left out: volmig takes the driver's from its
+    // ConfigMap at start-up.
+    let parsed = parse_run_args(&rendered.args());
+    assert_eq!(parsed.cluster_id, None);
     assert_eq!(parsed.lease_namespace, helm::NAMESPACE);
     assert!(parsed.leader_election);
 }

@@ -28,7 +28,7 @@ use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
 
-mod cluster_id;
+pub mod cluster_id;
 mod driver;
 mod dry_run;
 pub mod dry_run_plan;

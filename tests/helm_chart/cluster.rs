@@ -113,6 +113,10 @@ async fn helm_install_then_uninstall_against_the_api_server() {
         .args(["install", RELEASE])
         .arg(chart_dir())
         .args(["--namespace", NAMESPACE, "--create-namespace"])
+        .args([
+            "--set-string",
+            &format!("image.repository={}", helm::TEST_IMAGE_REPOSITORY),
+        ])
         .args(["--set-string", "vcenter.url=https://vc.install.example/sdk"])
         .args(["--set-string", "clusterId=install-cluster"])
         .args([

@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
-use crate::helm::{Cluster, NAMESPACE, RELEASE, chart_dir, describe, read_repo_file, render, run};
+use crate::helm::{
+    self, Cluster, NAMESPACE, RELEASE, chart_dir, describe, read_repo_file, render, run,
+};
 
 /// The driver's CRD.
 const DRIVER_CRD: &str = "cnsvspherevolumemigrations.cns.vmware.com";
@@ -70,6 +72,7 @@ async fn helm_uninstall_keeps_the_driver_crd_and_its_objects() {
         .args(["install", RELEASE])
         .arg(chart_dir())
         .args(["--namespace", NAMESPACE, "--create-namespace"])
+        .args(helm::base_values(&[]))
         .args(INSTALL_CRD));
     assert!(
         install.status.success(),

@@ -305,3 +305,159 @@ fn extra_volumes_and_host_aliases_reach_the_pod() {
         .expect_err("a host alias without hostnames");
     assert!(err.contains("hostnames"), "{err}");
 }
+
+/// The anchors GitHub generates for the headings of a Markdown document: lower case,
+/// punctuation other than `-` and `_` dropped, blanks as `-`, repeats suffixed `-1`, `-2`.
+fn github_anchors(markdown: &str) -> Vec<String> {
+    let mut anchors: Vec<String> = Vec::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !line.starts_with('#') {
+            continue;
+        }
+        let heading = line.trim_start_matches('#').trim();
+        let slug: String = heading
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let seen = anchors
+            .iter()
+            .filter(|a| {
+                **a == slug
+                    || a.strip_prefix(&format!("{slug}-"))
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .count();
+        anchors.push(if seen == 0 {
+            slug
+        } else {
+            format!("{slug}-{seen}")
+        });
+    }
+    anchors
+}
+
+/// Every alerting rule of the rendered PrometheusRule.
+fn alert_rules(rendered: &helm::Rendered) -> Vec<Value> {
+    let spec = &rendered.get("PrometheusRule", "volmig")["spec"];
+    spec["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no groups: {spec}"))
+        .iter()
+        .flat_map(|g| {
+            g["rules"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no rules: {g}"))
+                .clone()
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_in_the_operations_doc_and_a_for_duration() {
+    let doc = read_repo_file("docs/operations.md");
+    let anchors = github_anchors(&doc);
+    assert!(
+        anchors.contains(&"alerts-and-dashboard".to_owned())
+            && anchors.contains(&"runbooks".to_owned()),
+        "{anchors:?}"
+    );
+    let rendered = render(&["--set", "prometheusRule.enabled=true"]);
+    let rules = alert_rules(&rendered);
+    assert!(rules.len() >= 9, "{rules:?}");
+    for rule in &rules {
+        let alert = rule["alert"].as_str().expect("alert name");
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{alert} has no runbook_url: {rule}"));
+        let (base, anchor) = url
+            .split_once('#')
+            .unwrap_or_else(|| panic!("{alert}: runbook_url {url:?} has no anchor"));
+        assert!(base.ends_with("docs/operations.md"), "{alert}: {url}");
+        assert!(
+            anchors.iter().any(|a| a == anchor),
+            "{alert}: docs/operations.md has no heading with the anchor #{anchor}"
+        );
+        assert_eq!(
+            anchor,
+            alert.to_lowercase(),
+            "{alert}: one runbook per alert"
+        );
+        let for_ = rule["for"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{alert} has no `for:`"));
+        assert!(
+            volmig::cli::parse_duration(for_).is_ok(),
+            "{alert}: for {for_:?}"
+        );
+        // The alerts table lists it too.
+        assert!(
+            doc.contains(&format!("| `{alert}` |")),
+            "{alert} not in the alerts table"
+        );
+    }
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["alert"] == "VolmigRegistrarModeUnknown"),
+        "no alert on volmig_registrar_mode"
+    );
+    // The base URL is a value.
+    let elsewhere = render(&[
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set-string",
+        "prometheusRule.runbookBaseUrl=https://wiki.example/volmig/operations.md",
+    ]);
+    for rule in alert_rules(&elsewhere) {
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .expect("runbook_url");
+        assert!(
+            url.starts_with("https://wiki.example/volmig/operations.md#volmig"),
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn a_dry_run_release_has_no_leader_alerts() {
+    let leader_alerts = |rendered: &helm::Rendered| -> Vec<String> {
+        alert_rules(rendered)
+            .iter()
+            .filter(|r| {
+                r["expr"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("volmig_leader"))
+            })
+            .map(|r| r["alert"].as_str().expect("alert").to_owned())
+            .collect()
+    };
+    let normal = render(&["--set", "prometheusRule.enabled=true"]);
+    assert_eq!(
+        leader_alerts(&normal),
+        ["VolmigNoLeader", "VolmigMultipleLeaders"]
+    );
+    let dry = render(&[
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "dryRun=true",
+    ]);
+    assert!(leader_alerts(&dry).is_empty(), "{:?}", leader_alerts(&dry));
+    assert!(
+        alert_rules(&dry)
+            .iter()
+            .any(|r| r["alert"] == "VolmigBackendErrors"),
+        "the other alerts stay"
+    );
+}

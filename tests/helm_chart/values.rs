@@ -181,3 +181,209 @@ fn contradictory_values_are_refused() {
         "no access to volmig's own Lease without election"
     );
 }
+
+/// `helm template` with `sets` must fail, helm's message containing every one of `needles`.
+fn assert_refused(sets: &[&str], needles: &[&str]) {
+    match template(sets) {
+        Ok(_) => panic!("helm template {sets:?} rendered; it must be refused"),
+        Err(e) => {
+            for needle in needles {
+                assert!(
+                    e.contains(needle),
+                    "helm template {sets:?}: {e:?} lacks {needle:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_vcenter_url_is_required_unless_the_drivers_config_supplies_it() {
+    // Empty or absent: the schema refuses it at the value's path, and says what to set.
+    for sets in [
+        &["--set-string", "vcenter.url="][..],
+        &["--set", "vcenter.url=null"][..],
+        &[
+            "--set-string",
+            "vcenter.url=",
+            "--set",
+            "vcenter.csiConfig.enabled=false",
+        ][..],
+    ] {
+        // An empty URL is refused at '/vcenter/url', a removed one as missing under '/vcenter'.
+        assert_refused(sets, &["/vcenter", "url"]);
+    }
+    // The chart's own defaults (no URL, csiConfig off) are refused as well.
+    let e =
+        helm::template_without_base(&["--set-string", "image.repository=registry.example/volmig"])
+            .expect_err("the default values name no vCenter");
+    assert!(e.contains("/vcenter/url"), "{e}");
+    // With the driver's config the URL may stay empty: csi-vsphere.conf names vCenter.
+    let rendered = render(&[
+        "--set",
+        "vcenter.csiConfig.enabled=true",
+        "--set-string",
+        "vcenter.url=",
+    ]);
+    let args = rendered.args();
+    assert!(!args.iter().any(|a| a.starts_with("--vc-url")), "{args:?}");
+    // No clusterId is not an error: the driver's ConfigMap supplies it at run time.
+    let rendered = render(&["--set-string", "clusterId="]);
+    assert!(
+        !rendered
+            .args()
+            .iter()
+            .any(|a| a.starts_with("--cluster-id")),
+        "{:?}",
+        rendered.args()
+    );
+}
+
+#[test]
+fn duration_values_are_what_the_daemon_parses() {
+    // (value, accepted by the schema, accepted by `volmig run`'s parser). The schema takes
+    // the compact form Prometheus reads too (`leaderFor` becomes an alert's `for:`): the
+    // daemon-only spellings (ISO 8601, blanks, spelled-out units, fractions) are refused
+    // up front rather than passed on, and nothing the daemon refuses gets through.
+    let table: &[(&str, bool, bool)] = &[
+        ("250ms", true, true),
+        ("30s", true, true),
+        ("10m", true, true),
+        ("1h", true, true),
+        ("1h30m", true, true),
+        ("1h30m15s", true, true),
+        ("2m500ms", true, true),
+        ("0s500ms", true, true),
+        ("0h10m", true, true),
+        ("010m", true, true),
+        ("0s", false, false),
+        ("0m", false, false),
+        ("0h0m0s", false, false),
+        ("0ms", false, false),
+        ("30s10m", false, false),
+        ("5m5m", false, false),
+        ("10", false, false),
+        ("m", false, false),
+        ("", false, false),
+        ("-10m", false, false),
+        ("10 minutes", false, true),
+        ("1h 30m", false, true),
+        ("1.5h", false, true),
+        ("PT10M", false, true),
+        ("10x", false, false),
+    ];
+    let parses = |v: &str| volmig::cli::parse_duration(v).is_ok();
+    for (value, expected, daemon) in table {
+        assert_eq!(parses(value), *daemon, "volmig's parser on {value:?}");
+        let accepted = template(&["--set-string", &format!("fullSyncInterval={value}")]).is_ok();
+        assert_eq!(
+            accepted,
+            *expected,
+            "fullSyncInterval={value:?}: the schema {} it",
+            if accepted { "accepts" } else { "refuses" }
+        );
+        // Never a value the schema accepts and the daemon refuses (a CrashLoop).
+        if accepted {
+            assert!(parses(value), "{value:?} passes the schema, not the daemon");
+        }
+        if *expected {
+            // The same pattern guards every duration value.
+            for key in [
+                "vcenter.requestTimeout",
+                "vcenter.taskTimeout",
+                "inFlightGrace",
+                "leaderElection.leaseDuration",
+                "kubeRequestTimeout",
+                "prometheusRule.leaderFor",
+            ] {
+                template(&["--set-string", &format!("{key}={value}")])
+                    .unwrap_or_else(|e| panic!("{key}={value:?} refused: {e}"));
+            }
+        } else if !value.is_empty() {
+            for key in ["vcenter.requestTimeout", "leaderElection.leaseDuration"] {
+                assert_refused(&["--set-string", &format!("{key}={value}")], &[]);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_image_repository_without_a_registry_is_refused() {
+    let message = "push the image to a registry and set image.repository";
+    // The chart's default: a `helm install` with it would end in ImagePullBackOff.
+    let e = helm::template_without_base(&["--set-string", "vcenter.url=https://vc/sdk"])
+        .expect_err("the default image repository names no registry");
+    assert!(e.contains(message), "{e}");
+    for repository in ["volmig", "storage/volmig", "library/volmig/x"] {
+        assert_refused(
+            &["--set-string", &format!("image.repository={repository}")],
+            &[message, repository],
+        );
+    }
+    for repository in [
+        "registry.example/volmig",
+        "registry.example.com:5000/storage/volmig",
+        "localhost/volmig",
+        "localhost:5000/volmig",
+        "10.0.0.5:5000/volmig",
+    ] {
+        let rendered = render(&["--set-string", &format!("image.repository={repository}")]);
+        let image = helm::volmig_container(rendered.deployment())["image"].clone();
+        assert_eq!(
+            image,
+            format!("{repository}:{}", env!("CARGO_PKG_VERSION")),
+            "{repository}"
+        );
+    }
+}
+
+#[test]
+fn notes_say_only_what_holds_for_the_values() {
+    let plain = helm::notes(&["--set-string", "clusterId=c1"]);
+    for absent in ["csi-vsphere.conf", "csiConfig", "WARNING: vcenter.url"] {
+        assert!(!plain.contains(absent), "{absent:?} in NOTES:\n{plain}");
+    }
+    for present in [
+        "probes on port 8081",
+        "metrics on port 8080",
+        "driver namespace vmware-system-csi",
+        "follow mode",
+        "vsphere-syncer",
+    ] {
+        assert!(
+            plain.contains(present),
+            "{present:?} not in NOTES:\n{plain}"
+        );
+    }
+    // Without clusterId: the driver's ConfigMap must supply it.
+    let no_id = helm::notes(&[
+        "--set",
+        "http.port=9090",
+        "--set",
+        "http.probePort=9091",
+        "--set-string",
+        "driver.namespace=csi",
+        "--set-string",
+        "driver.syncerLease=",
+    ]);
+    for present in [
+        "ConfigMap csi/vsphere-csi-cluster-id",
+        "probes on port 9091",
+        "metrics on port 9090",
+        "never follows",
+    ] {
+        assert!(
+            no_id.contains(present),
+            "{present:?} not in NOTES:\n{no_id}"
+        );
+    }
+    assert!(!no_id.contains("follow mode"), "{no_id}");
+    // With the driver's config: its file is named, not a vcenter.url to set.
+    let csi = helm::notes(&["--set", "vcenter.csiConfig.enabled=true"]);
+    assert!(csi.contains("csi-vsphere.conf"), "{csi}");
+    assert!(!csi.contains("--set vcenter.url"), "{csi}");
+    assert!(!csi.contains("vcenter-credentials"), "{csi}");
+    // A dry run says so.
+    let dry = helm::notes(&["--set", "dryRun=true"]);
+    assert!(dry.contains("dry run"), "{dry}");
+}

@@ -14,7 +14,7 @@ use crate::vcsim::{Vcsim, VcsimOptions};
 use crate::{check_metrics, promtool};
 
 /// The `promtool test rules` cases of the chart's alerts.
-const ALERTS_TEST: &str = "tests/fixtures/promtool/alerts-test.yaml";
+const ALERTS_TEST: &str = "tests/metrics_promtool/alerts-test.yaml";
 /// Labels Prometheus attaches to a scrape target, not volmig.
 const TARGET_LABELS: &[&str] = &[
     "job",
@@ -35,6 +35,7 @@ const ALERTS: &[&str] = &[
     "VolmigDuplicateVolumes",
     "VolmigBackendErrors",
     "VolmigDriverObjectsMissing",
+    "VolmigRegistrarModeUnknown",
 ];
 
 /// The `spec` of the chart's PrometheusRule, rendered by helm with `extra` values.
@@ -62,14 +63,16 @@ fn rule_exprs(spec: &Value) -> Vec<(String, String)> {
 }
 
 /// Writes `spec` as `rules.yaml` (JSON is YAML) and the unit tests beside it. The unit
-/// tests compare every annotation of a firing alert, so the long `description` texts are
-/// left out of the copy they run against; `promtool check rules` checks the full rules.
+/// tests compare every annotation of a firing alert, so the long `description` texts and
+/// the `runbook_url`s (checked against docs/operations.md by tests/helm_chart.rs) are left
+/// out of the copy they run against; `promtool check rules` checks the full rules.
 fn write_rules_and_tests(dir: &Path, spec: &Value) {
     let mut spec = spec.clone();
     for group in spec["groups"].as_array_mut().expect("groups") {
         for rule in group["rules"].as_array_mut().expect("rules") {
             if let Some(annotations) = rule["annotations"].as_object_mut() {
                 annotations.remove("description");
+                annotations.remove("runbook_url");
             }
         }
     }
@@ -172,6 +175,32 @@ fn alert_unit_tests_follow_the_rendered_thresholds() {
         .expect("stale alert")
         .1;
     assert!(stale.contains("> 16200"), "3 x 5400 s: {stale}");
+}
+
+#[test]
+fn a_dry_run_release_has_no_leader_alerts_and_its_rules_pass_promtool() {
+    // A dry run takes no Lease: every replica reports volmig_leader 0, so the leader alerts
+    // would fire for ever. The remaining rules still pass promtool.
+    let spec = rules_spec(&["--set", "dryRun=true"]);
+    let names: Vec<String> = rule_exprs(&spec).into_iter().map(|(n, _)| n).collect();
+    let expected: Vec<&str> = ALERTS
+        .iter()
+        .copied()
+        .filter(|a| !["VolmigNoLeader", "VolmigMultipleLeaders"].contains(a))
+        .collect();
+    assert_eq!(names, expected, "the dry run's alerts");
+    for (name, expr) in rule_exprs(&spec) {
+        assert!(!expr.contains("volmig_leader"), "{name}: {expr}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, spec.to_string()).expect("write rules");
+    let (ok, text) = promtool_rules(&["check", "rules"], &file);
+    assert!(ok, "promtool check rules: {text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rules found", expected.len())),
+        "{text}"
+    );
 }
 
 /// Closed label value sets volmig declares, for values a short run may not produce.

@@ -120,8 +120,62 @@ pub struct Rendered {
     pub objects: Vec<Value>,
 }
 
-/// `helm template volmig charts/volmig -n volmig <extra>`; `Err` holds helm's stderr.
+/// The image repository every test renders and installs with: the chart's default
+/// (`volmig`, no registry) is refused, as a production `helm install` would pull nothing.
+pub const TEST_IMAGE_REPOSITORY: &str = "registry.example/volmig";
+/// The vCenter URL every test renders with unless it turns `vcenter.csiConfig` on: without
+/// one (or the driver's config) the chart refuses to render.
+pub const TEST_VCENTER_URL: &str = "https://vcenter.example/sdk";
+
+/// The values given before a test's own, as `--values <file>` so that every value file
+/// and `--set` of the test overrides them: [`TEST_IMAGE_REPOSITORY`], and
+/// [`TEST_VCENTER_URL`] unless `extra` turns `vcenter.csiConfig` on.
+pub fn base_values(extra: &[&str]) -> Vec<String> {
+    let csi = extra.contains(&"vcenter.csiConfig.enabled=true");
+    let (name, doc) = if csi {
+        (
+            "helm-base-values-csi.yaml",
+            serde_json::json!({"image": {"repository": TEST_IMAGE_REPOSITORY}}),
+        )
+    } else {
+        (
+            "helm-base-values.yaml",
+            serde_json::json!({
+                "image": {"repository": TEST_IMAGE_REPOSITORY},
+                "vcenter": {"url": TEST_VCENTER_URL},
+            }),
+        )
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(name);
+    // Written whole under a unique name, then renamed: parallel tests never read half a file.
+    let partial = dir.join(format!(
+        "{name}.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&partial, doc.to_string())
+        .unwrap_or_else(|e| panic!("write {}: {e}", partial.display()));
+    std::fs::rename(&partial, &path)
+        .unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+    vec!["--values".to_owned(), path.to_string_lossy().into_owned()]
+}
+
+/// `helm template volmig charts/volmig -n volmig <base values> <extra>`; `Err` holds
+/// helm's stderr.
 pub fn template(extra: &[&str]) -> Result<Rendered, String> {
+    template_without_base(
+        &[
+            base_values(extra).iter().map(String::as_str).collect(),
+            extra.to_vec(),
+        ]
+        .concat(),
+    )
+}
+
+/// `helm template volmig charts/volmig -n volmig <extra>`, with the chart's own defaults
+/// only; `Err` holds helm's stderr.
+pub fn template_without_base(extra: &[&str]) -> Result<Rendered, String> {
     let output = run(helm()
         .args(["template", RELEASE])
         .arg(chart_dir())
@@ -140,6 +194,27 @@ pub fn template(extra: &[&str]) -> Result<Rendered, String> {
 /// Like [`template`], panicking with helm's message when rendering fails.
 pub fn render(extra: &[&str]) -> Rendered {
     template(extra).unwrap_or_else(|e| panic!("helm template {extra:?} failed:\n{e}"))
+}
+
+/// The NOTES helm prints after an install with `extra` (on top of [`base_values`]),
+/// rendered client-side (`helm install --dry-run=client`): no cluster is contacted.
+pub fn notes(extra: &[&str]) -> String {
+    let output = run(helm()
+        .args(["install", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE, "--dry-run=client"])
+        .args(base_values(extra))
+        .args(extra));
+    assert!(
+        output.status.success(),
+        "helm install --dry-run=client {extra:?}: {}",
+        describe(&output)
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.split_once("\nNOTES:\n")
+        .unwrap_or_else(|| panic!("no NOTES in {text}"))
+        .1
+        .to_owned()
 }
 
 /// Parses a multi-document YAML stream, skipping empty documents.

@@ -84,6 +84,17 @@ app.kubernetes.io/part-of: volmig
 
 {{/* Refuses combinations of values that would deploy something unsafe or broken. */}}
 {{- define "volmig.validate" -}}
+{{- /* The schema refuses these already; the messages serve --skip-schema-validation. */}}
+{{- if and (not .Values.vcenter.url) (not (.Values.vcenter.csiConfig | default dict).enabled) }}
+{{- fail "vcenter.url is required: set vcenter.url=https://VCENTER/sdk, or vcenter.csiConfig.enabled=true to read it from the vSphere CSI driver's csi-vsphere.conf" }}
+{{- end }}
+{{- /* A repository whose first part is no registry host (no `.` or `:`, not localhost)
+is pulled from Docker Hub, where volmig publishes nothing: ImagePullBackOff. */}}
+{{- $repo := .Values.image.repository }}
+{{- $first := index (splitList "/" $repo) 0 }}
+{{- if or (not (contains "/" $repo)) (not (or (contains "." $first) (contains ":" $first) (eq $first "localhost"))) }}
+{{- fail (printf "image.repository %q names no registry: volmig publishes no image; build it from the repository's Dockerfile, push the image to a registry and set image.repository (e.g. registry.example.com/volmig)" $repo) }}
+{{- end }}
 {{- $ca := .Values.vcenter.caBundle }}
 {{- $sources := 0 }}
 {{- range (list $ca.pem $ca.existingConfigMap $ca.existingSecret) }}{{ if . }}{{ $sources = add1 $sources }}{{ end }}{{ end }}

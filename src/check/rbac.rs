@@ -1,0 +1,357 @@
+//! The RBAC check of `volmig check` (docs/operations.md, "Preflight: `volmig check`"):
+//! every permission the daemon uses, as the chart grants them (charts/volmig/templates/
+//! clusterrole.yaml and role-*.yaml), asked of the API server with one
+//! SelfSubjectAccessReview each. Pure: [`super::probe`] asks, [`rbac_checks`] decides.
+
+use super::model::Check;
+
+/// Name of the RBAC lines.
+pub const RBAC: &str = "RBAC";
+
+/// One permission: a verb on a resource, cluster-wide or in a namespace, optionally on one
+/// named object, and the chart role that grants it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// API group (`""` for the core group).
+    pub group: &'static str,
+    /// Resource, e.g. `persistentvolumes`.
+    pub resource: &'static str,
+    /// Subresource, e.g. `status` (`""`: none).
+    pub subresource: &'static str,
+    /// The verb.
+    pub verb: &'static str,
+    /// Namespace (`None`: cluster-wide).
+    pub namespace: Option<String>,
+    /// Object name (`None`: any).
+    pub name: Option<String>,
+    /// The chart role granting it, e.g. `ClusterRole volmig`.
+    pub role: &'static str,
+}
+
+impl Permission {
+    /// `verb resource[/sub][/name] [in namespace]`.
+    pub fn describe(&self) -> String {
+        let mut resource = self.resource.to_owned();
+        if !self.group.is_empty() {
+            resource = format!("{resource}.{}", self.group);
+        }
+        if !self.subresource.is_empty() {
+            resource = format!("{resource}/{}", self.subresource);
+        }
+        if let Some(name) = &self.name {
+            resource = format!("{resource} named {name}");
+        }
+        match &self.namespace {
+            Some(ns) => format!("{} {resource} in namespace {ns}", self.verb),
+            None => format!("{} {resource} (cluster-wide)", self.verb),
+        }
+    }
+
+    /// The RBAC rule that grants it, in the chart's YAML flow style.
+    pub fn rule(&self) -> String {
+        let resource = if self.subresource.is_empty() {
+            self.resource.to_owned()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        };
+        let names = self
+            .name
+            .as_ref()
+            .map(|n| format!(", resourceNames: [{n:?}]"))
+            .unwrap_or_default();
+        format!(
+            "{{apiGroups: [{:?}], resources: [{resource:?}]{names}, verbs: [{:?}]}}",
+            self.group, self.verb
+        )
+    }
+}
+
+/// Where the daemon's namespaced objects live (`--lease-namespace`, `--lease-name`,
+/// `--driver-namespace`, `--driver-syncer-lease`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// Namespace of volmig's leader-election Lease.
+    pub lease_namespace: String,
+    /// Name of that Lease.
+    pub lease_name: String,
+    /// Whether leader election is on (the chart grants the Lease only then).
+    pub leader_election: bool,
+    /// The CSI driver's namespace.
+    pub driver_namespace: String,
+    /// The driver syncer's Lease (empty: not followed).
+    pub syncer_lease: String,
+}
+
+/// Namespace of volmig's Events (the chart's role-events.yaml: cluster-scoped objects'
+/// Events land in `default`).
+pub const EVENTS_NAMESPACE: &str = "default";
+
+/// Every permission the daemon needs with `scope`, in the chart's order.
+pub fn required(scope: &Scope) -> Vec<Permission> {
+    const CLUSTER_ROLE: &str = "ClusterRole <release>";
+    let mut all = Vec::new();
+    let mut add = |group,
+                   resource,
+                   subresource,
+                   verbs: &[&'static str],
+                   namespace: Option<&str>,
+                   name: Option<&str>,
+                   role| {
+        for verb in verbs {
+            all.push(Permission {
+                group,
+                resource,
+                subresource,
+                verb,
+                namespace: namespace.map(str::to_owned),
+                name: name.map(str::to_owned),
+                role,
+            });
+        }
+    };
+    let read = &["get", "list", "watch"][..];
+    add("", "persistentvolumes", "", read, None, None, CLUSTER_ROLE);
+    add(
+        "volmig.io",
+        "volumemigrations",
+        "",
+        &[
+            "get", "list", "watch", "create", "patch", "update", "delete",
+        ],
+        None,
+        None,
+        CLUSTER_ROLE,
+    );
+    add(
+        "volmig.io",
+        "volumemigrations",
+        "status",
+        &["get", "patch", "update"],
+        None,
+        None,
+        CLUSTER_ROLE,
+    );
+    add(
+        "cns.vmware.com",
+        "cnsvspherevolumemigrations",
+        "",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        None,
+        None,
+        CLUSTER_ROLE,
+    );
+    if scope.leader_election {
+        let ns = Some(scope.lease_namespace.as_str());
+        const LEADER: &str = "Role <release>-leader-election";
+        add(
+            "coordination.k8s.io",
+            "leases",
+            "",
+            &["create"],
+            ns,
+            None,
+            LEADER,
+        );
+        add(
+            "coordination.k8s.io",
+            "leases",
+            "",
+            &["get", "list", "watch", "patch"],
+            ns,
+            Some(scope.lease_name.as_str()),
+            LEADER,
+        );
+    }
+    let driver_ns = Some(scope.driver_namespace.as_str());
+    const SYNCER: &str = "Role <release>-driver-syncer";
+    add(
+        "",
+        "configmaps",
+        "",
+        &["get"],
+        driver_ns,
+        Some(super::cluster_id::CONFIG_MAP),
+        SYNCER,
+    );
+    if !scope.syncer_lease.is_empty() {
+        add(
+            "coordination.k8s.io",
+            "leases",
+            "",
+            read,
+            driver_ns,
+            Some(scope.syncer_lease.as_str()),
+            SYNCER,
+        );
+    }
+    add(
+        "events.k8s.io",
+        "events",
+        "",
+        &["create", "patch"],
+        Some(EVENTS_NAMESPACE),
+        None,
+        "Role <release>-events",
+    );
+    all
+}
+
+/// The RBAC lines from each permission's review: `Ok(true)` allowed, `Ok(false)` denied,
+/// `Err` the review failed. One ✓ line when all are allowed; else one ✗ line per missing
+/// permission with the rule to add.
+pub fn rbac_checks(results: &[(Permission, Result<bool, String>)]) -> Vec<Check> {
+    let mut lines = Vec::new();
+    for (permission, result) in results {
+        match result {
+            Ok(true) => {}
+            Ok(false) => lines.push(Check::fail(
+                RBAC,
+                format!("cannot {}", permission.describe()),
+                format!(
+                    "add the rule {} to {}{}",
+                    permission.rule(),
+                    permission.role,
+                    permission
+                        .namespace
+                        .as_ref()
+                        .map(|ns| format!(" in namespace {ns}"))
+                        .unwrap_or_default()
+                ),
+            )),
+            Err(message) => lines.push(Check::fail(
+                RBAC,
+                format!("cannot review {}: {message}", permission.describe()),
+                "check that the API server answers SelfSubjectAccessReviews \
+                 (authorization.k8s.io/v1)",
+            )),
+        }
+    }
+    if lines.is_empty() {
+        lines.push(Check::pass(
+            RBAC,
+            format!(
+                "all {} permissions the daemon needs are granted",
+                results.len()
+            ),
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope() -> Scope {
+        Scope {
+            lease_namespace: "kube-system".to_owned(),
+            lease_name: "volmig".to_owned(),
+            leader_election: true,
+            driver_namespace: "vmware-system-csi".to_owned(),
+            syncer_lease: "vsphere-syncer".to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_list_covers_the_charts_rules() {
+        let all = required(&scope());
+        let has = |resource: &str, sub: &str, verb: &str, ns: Option<&str>, name: Option<&str>| {
+            all.iter().any(|p| {
+                p.resource == resource
+                    && p.subresource == sub
+                    && p.verb == verb
+                    && p.namespace.as_deref() == ns
+                    && p.name.as_deref() == name
+            })
+        };
+        assert!(has("persistentvolumes", "", "watch", None, None));
+        assert!(has("volumemigrations", "", "delete", None, None));
+        assert!(has("volumemigrations", "status", "update", None, None));
+        assert!(has("cnsvspherevolumemigrations", "", "create", None, None));
+        assert!(has("leases", "", "create", Some("kube-system"), None));
+        assert!(has(
+            "leases",
+            "",
+            "patch",
+            Some("kube-system"),
+            Some("volmig")
+        ));
+        assert!(has(
+            "leases",
+            "",
+            "watch",
+            Some("vmware-system-csi"),
+            Some("vsphere-syncer")
+        ));
+        assert!(has(
+            "configmaps",
+            "",
+            "get",
+            Some("vmware-system-csi"),
+            Some("vsphere-csi-cluster-id")
+        ));
+        assert!(has("events", "", "patch", Some("default"), None));
+        assert_eq!(all.len(), 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2);
+    }
+
+    #[test]
+    fn no_leader_election_and_no_syncer_lease_need_no_lease_permissions() {
+        let mut scope = scope();
+        scope.leader_election = false;
+        scope.syncer_lease.clear();
+        assert!(required(&scope).iter().all(|p| p.resource != "leases"));
+    }
+
+    #[test]
+    fn one_line_per_missing_permission_naming_the_rule() {
+        let all = required(&scope());
+        let results: Vec<_> = all
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    Ok(!(p.resource == "volumemigrations"
+                        && p.subresource == "status"
+                        && p.verb != "get")),
+                )
+            })
+            .collect();
+        let lines = rbac_checks(&results);
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|c| !c.ok));
+        assert_eq!(
+            lines[0].detail,
+            "cannot patch volumemigrations.volmig.io/status (cluster-wide)"
+        );
+        assert_eq!(
+            lines[0].fix,
+            "add the rule {apiGroups: [\"volmig.io\"], resources: [\"volumemigrations/status\"], verbs: [\"patch\"]} to ClusterRole <release>"
+        );
+    }
+
+    #[test]
+    fn all_granted_is_one_passing_line_and_a_failed_review_fails() {
+        let all = required(&scope());
+        let granted: Vec<_> = all.iter().map(|p| (p.clone(), Ok(true))).collect();
+        let lines = rbac_checks(&granted);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].ok);
+        let failed = rbac_checks(&[(all[0].clone(), Err("timeout".to_owned()))]);
+        assert!(!failed[0].ok);
+        assert!(failed[0].detail.contains("timeout"), "{}", failed[0].detail);
+    }
+
+    #[test]
+    fn a_named_namespaced_permission_says_where() {
+        let all = required(&scope());
+        let cm = all.iter().find(|p| p.resource == "configmaps").unwrap();
+        assert_eq!(
+            cm.describe(),
+            "get configmaps named vsphere-csi-cluster-id in namespace vmware-system-csi"
+        );
+        assert_eq!(
+            cm.rule(),
+            "{apiGroups: [\"\"], resources: [\"configmaps\"], resourceNames: [\"vsphere-csi-cluster-id\"], verbs: [\"get\"]}"
+        );
+    }
+}
