@@ -58,3 +58,10 @@ RELEASE_CARGO_ARGS := build --release --locked --bin volmig
 release:
 	cargo $(RELEASE_CARGO_ARGS)
 	@echo "built $(TARGET_DIR)/release/volmig"
+
+# Regenerates charts/volmig/README.md from values.yaml's `# --` comments; `make test` fails
+# while the two differ (tests/helm_chart/readme.rs).
+.PHONY: chart-readme
+chart-readme:
+	VOLMIG_WRITE_CHART_README=1 cargo test -q --test helm_chart -- --exact \
+	  readme::chart_readme_is_generated_from_values_yaml

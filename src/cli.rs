@@ -164,6 +164,22 @@ pub enum LogFormat {
     Json,
 }
 
+/// Least severe log level written (docs/operations.md "Logs"); the `VOLMIG_LOG` filter,
+/// when set, wins over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Progress, warnings and errors.
+    Info,
+    /// Also each decision.
+    Debug,
+    /// Everything, HTTP exchanges included.
+    Trace,
+}
+
 /// Flags of `volmig run` (the command-line contract of docs/design.md §3.1).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -177,14 +193,25 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_CSI_CONFIG")]
     pub csi_config: Option<PathBuf>,
 
+    /// NAMESPACE/NAME of the vSphere CSI driver's Secret whose `csi-vsphere.conf` key is
+    /// read through the Kubernetes API and watched (a rotated password is used at the next
+    /// login); without a value, the driver's vmware-system-csi/vsphere-config-secret.
+    /// Excludes --csi-config and --vc-credentials-file (docs/design.md §8.5).
+    #[arg(long, env = "VOLMIG_CSI_CONFIG_SECRET", num_args = 0..=1,
+          default_missing_value = crate::vcenter_config::secret::DEFAULT_SECRET,
+          value_parser = crate::vcenter_config::secret::parse_ref,
+          conflicts_with_all = ["csi_config", "vc_credentials_file"])]
+    pub csi_config_secret: Option<crate::vcenter_config::secret::SecretRef>,
+
     /// vCenter SDK URL, e.g. https://vc.example/sdk (https only). Required unless
     /// --csi-config names the vCenter.
     #[arg(long, env = "VOLMIG_VC_URL", value_parser = VcUrlParser,
-          required_unless_present = "csi_config")]
+          required_unless_present_any = ["csi_config", "csi_config_secret"])]
     pub vc_url: Option<url::Url>,
 
-    /// File with `username` and `password` lines (a mounted Secret). Without it,
-    /// VOLMIG_VC_USERNAME and VOLMIG_VC_PASSWORD are read.
+    /// File with `username` and `password` lines (a mounted Secret), or a directory with
+    /// files `username` and `password` (a mounted kubernetes.io/basic-auth Secret). Without
+    /// it, VOLMIG_VC_USERNAME and VOLMIG_VC_PASSWORD are read.
     #[arg(long, env = "VOLMIG_VC_CREDENTIALS_FILE")]
     pub vc_credentials_file: Option<PathBuf>,
 
@@ -302,6 +329,15 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "VOLMIG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Log level. The `VOLMIG_LOG` filter (e.g. `info,volmig=debug`), when set, wins.
+    #[arg(long, env = "VOLMIG_LOG_LEVEL", value_enum, default_value_t = LogLevel::Info)]
+    pub log_level: LogLevel,
+
+    /// Namespace of the Events about (cluster-scoped) VolumeMigrations and PVs.
+    #[arg(long, env = "VOLMIG_EVENTS_NAMESPACE", default_value = "default",
+          value_parser = crate::k8s::events::EVENTS_NAMESPACES)]
+    pub events_namespace: String,
 }
 
 /// Flags of `volmig lookup`.

@@ -1,6 +1,9 @@
-//! vCenter credentials: a file with `username` and `password` lines (a mounted Secret), the
-//! vSphere CSI driver's `csi-vsphere.conf` (`user` and `password` of its VirtualCenter
-//! section), or the `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD` environment variables.
+//! vCenter credentials: a file with `username` and `password` lines (a mounted Secret), a
+//! directory with files `username` and `password` (a mounted `kubernetes.io/basic-auth`
+//! Secret), the vSphere CSI driver's `csi-vsphere.conf` (`user` and `password` of its
+//! VirtualCenter section; a mounted file or its Secret read through the API,
+//! docs/design.md §8.5), or the `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD` environment
+//! variables.
 //! Files are read again at every login ([`CredentialSource::load`]), and
 //! [`CredentialSource::version`] tells cheaply whether they changed, so a rotated Secret
 //! needs no restart. The password is never logged or printed.
@@ -13,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::cns::Password;
 use crate::vcenter_config::csi::CsiConfig;
+use crate::vcenter_config::secret::SecretConf;
 
 /// Why credentials could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -50,10 +54,14 @@ pub struct Credentials {
 /// Where the credentials come from; read again at every login.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialSource {
-    /// `--vc-credentials-file`: `username:` / `password:` lines.
+    /// `--vc-credentials-file`: `username:` / `password:` lines, or a directory with files
+    /// `username` and `password`.
     File(PathBuf),
     /// `--csi-config`: `user` / `password` of the driver's `csi-vsphere.conf`.
     CsiConfig(PathBuf),
+    /// `--csi-config-secret`: `user` / `password` of the driver's `csi-vsphere.conf` as last
+    /// seen in its Secret.
+    CsiConfigSecret(SecretConf),
     /// `VOLMIG_VC_USERNAME` / `VOLMIG_VC_PASSWORD`.
     Environment,
 }
@@ -84,28 +92,19 @@ impl CredentialSource {
     /// Reads the current credentials.
     pub fn load(&self) -> Result<Credentials, Error> {
         match self {
+            CredentialSource::File(path) if path.is_dir() => from_dir(path),
             CredentialSource::File(path) => {
                 let text = read(path)?;
                 parse(&text, &format!("file {}", path.display()))
             }
             CredentialSource::CsiConfig(path) => {
-                let text = read(path)?;
-                let config = CsiConfig::parse(&text)
-                    .map_err(|e| Error::CsiConfig(format!("CSI config {}: {e}", path.display())))?;
-                let origin = format!(
-                    "in CSI config {} [VirtualCenter {:?}]",
-                    path.display(),
-                    config.host
-                );
-                let username = config.user.ok_or_else(|| Error::Missing {
-                    origin: origin.clone(),
-                    key: "user",
+                from_csi_config(&read(path)?, &format!("CSI config {}", path.display()))
+            }
+            CredentialSource::CsiConfigSecret(conf) => {
+                let text = conf.text().ok_or_else(|| {
+                    Error::CsiConfig(format!("{} is missing or empty", conf.describe()))
                 })?;
-                let password = config.password.ok_or(Error::Missing {
-                    origin,
-                    key: "password",
-                })?;
-                Ok(Credentials { username, password })
+                from_csi_config(&text, &conf.describe())
             }
             CredentialSource::Environment => from_env(),
         }
@@ -114,9 +113,26 @@ impl CredentialSource {
     /// A cheap fingerprint of the source: changes whenever the file's content does.
     pub fn version(&self) -> Version {
         match self {
-            CredentialSource::File(path) | CredentialSource::CsiConfig(path) => {
-                std::fs::read(path).map_or(Version(None), |bytes| Version::of(&bytes))
+            CredentialSource::File(path) if path.is_dir() => {
+                match (
+                    read_bytes(&path.join("username")),
+                    read_bytes(&path.join("password")),
+                ) {
+                    (Some(mut user), Some(password)) => {
+                        // The length keeps ("ab", "c") and ("a", "bc") apart.
+                        user.extend_from_slice(&(user.len() as u64).to_le_bytes());
+                        user.extend_from_slice(&password);
+                        Version::of(&user)
+                    }
+                    _ => Version(None),
+                }
             }
+            CredentialSource::File(path) | CredentialSource::CsiConfig(path) => {
+                read_bytes(path).map_or(Version(None), |bytes| Version::of(&bytes))
+            }
+            CredentialSource::CsiConfigSecret(conf) => conf
+                .text()
+                .map_or(Version(None), |text| Version::of(text.as_bytes())),
             CredentialSource::Environment => Version::of(b"environment"),
         }
     }
@@ -126,6 +142,7 @@ impl CredentialSource {
         match self {
             CredentialSource::File(path) => format!("credentials file {}", path.display()),
             CredentialSource::CsiConfig(path) => format!("CSI config {}", path.display()),
+            CredentialSource::CsiConfigSecret(conf) => format!("CSI config {}", conf.describe()),
             CredentialSource::Environment => {
                 "environment (VOLMIG_VC_USERNAME / VOLMIG_VC_PASSWORD)".to_owned()
             }
@@ -192,12 +209,74 @@ impl VersionProbe {
         use std::os::unix::fs::MetadataExt;
         match &self.source {
             CredentialSource::File(path) | CredentialSource::CsiConfig(path) => {
-                let m = std::fs::metadata(path).ok()?;
+                // A mounted Secret directory: kubelet swaps both files at once, so the
+                // password file's stamp follows every update.
+                let file = if path.is_dir() {
+                    path.join("password")
+                } else {
+                    path.clone()
+                };
+                let m = std::fs::metadata(file).ok()?;
                 Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
             }
-            CredentialSource::Environment => None,
+            // In memory: hashing it at every call is cheap.
+            CredentialSource::CsiConfigSecret(_) | CredentialSource::Environment => None,
         }
     }
+}
+
+fn read_bytes(path: &Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+/// `user` and `password` of a `csi-vsphere.conf`'s VirtualCenter section; `origin` names
+/// the file or Secret in messages.
+fn from_csi_config(text: &str, origin: &str) -> Result<Credentials, Error> {
+    let config = CsiConfig::parse(text).map_err(|e| Error::CsiConfig(format!("{origin}: {e}")))?;
+    let origin = format!("in {origin} [VirtualCenter {:?}]", config.host);
+    let username = config.user.ok_or_else(|| Error::Missing {
+        origin: origin.clone(),
+        key: "user",
+    })?;
+    let password = config.password.ok_or(Error::Missing {
+        origin,
+        key: "password",
+    })?;
+    Ok(Credentials { username, password })
+}
+
+/// A directory with files `username` and `password` (a mounted `kubernetes.io/basic-auth`
+/// Secret). The values are taken as written, except one trailing line break (`\n` or
+/// `\r\n`, as editors and `echo` add) and, for the user, surrounding blanks.
+fn from_dir(dir: &Path) -> Result<Credentials, Error> {
+    let origin = format!("directory {}", dir.display());
+    let missing = |key| Error::Missing {
+        origin: origin.clone(),
+        key,
+    };
+    let value = |key: &'static str| -> Result<String, Error> {
+        let path = dir.join(key);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(strip_line_break(&text).to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(missing(key)),
+            Err(source) => Err(Error::Read { path, source }),
+        }
+    };
+    let username = value("username")?.trim().to_owned();
+    if username.is_empty() {
+        return Err(missing("username"));
+    }
+    Ok(Credentials {
+        username,
+        password: Password::from(value("password")?),
+    })
+}
+
+/// Removes one trailing `\n` or `\r\n`.
+fn strip_line_break(text: &str) -> &str {
+    text.strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(text)
 }
 
 fn read(path: &Path) -> Result<String, Error> {
@@ -395,3 +474,7 @@ mod tests {
 #[cfg(test)]
 #[path = "credentials_proptests.rs"]
 mod proptests;
+
+#[cfg(test)]
+#[path = "credentials_sources_tests.rs"]
+mod sources_tests;

@@ -4,15 +4,29 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
-use volmig::cli::{Cli, Command, LogFormat};
+use volmig::cli::{Cli, Command, LogFormat, LogLevel};
 use volmig::lookup::LookupError;
 
 /// Exit code of `volmig lookup` for a path that is not registered yet.
 const EXIT_NOT_REGISTERED: u8 = 3;
 
-fn init_logging(format: LogFormat) {
+/// The filter directive of `--log-level`: volmig at the level, the Kubernetes client one
+/// notch quieter at `info` (its `info` lines are per request).
+fn level_directive(level: LogLevel) -> &'static str {
+    match level {
+        LogLevel::Error => "error",
+        LogLevel::Warn => "warn",
+        LogLevel::Info => "info,kube_client=warn",
+        LogLevel::Debug => "debug",
+        LogLevel::Trace => "trace",
+    }
+}
+
+/// Logs to stderr at `level`, unless the `VOLMIG_LOG` filter is set: it wins, for
+/// fine-grained filters (docs/operations.md "Logs").
+fn init_logging(format: LogFormat, level: LogLevel) {
     let filter = EnvFilter::try_from_env("VOLMIG_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,kube_client=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(level_directive(level)));
     // Colours only on a terminal: `kubectl logs` and log collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -49,14 +63,14 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) if args.once => {
-            init_logging(args.log_format);
+            init_logging(args.log_format, args.log_level);
             let result = runtime()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(volmig::daemon::dry_run_once(*args)));
             print_rendered(result)
         }
         Command::Run(args) => {
-            init_logging(args.log_format);
+            init_logging(args.log_format, args.log_level);
             let result = runtime()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(volmig::daemon::run(*args)));

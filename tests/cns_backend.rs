@@ -354,6 +354,44 @@ async fn tls_is_verified_by_default_and_accepts_the_ca_file_or_explicit_insecure
     assert!(text.contains("WARN"), "{text}");
 }
 
+/// `thumbprint` of csi-vsphere.conf (docs/design.md §8.5): only the certificate with that
+/// SHA-1 is trusted, whatever its issuer; another one is refused naming both thumbprints.
+#[tokio::test]
+async fn a_thumbprint_pins_the_server_certificate_without_a_ca() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
+    let disk = path(&sim.vmdk_path("kubevols", 1));
+    let wrong = "00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33";
+    let mut pinned_wrong = config(&sim);
+    pinned_wrong.ca_file = None;
+    pinned_wrong.thumbprint = Some(wrong.to_owned());
+    let err = CnsBackend::connect(pinned_wrong).await.unwrap_err();
+    assert_eq!(err.fault, "TlsCertificate", "{err}");
+    assert!(err.message.contains("thumbprint mismatch"), "{err}");
+    assert!(err.message.contains(wrong), "{err}");
+    assert_eq!(
+        sim.stats().await.calls("Login"),
+        0,
+        "no credentials were sent"
+    );
+    // The server's own thumbprint, as the refusal names it.
+    let presented = err
+        .message
+        .split("the server presented ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !(c.is_ascii_hexdigit() || c == ':'))
+                .next()
+        })
+        .filter(|t| t.len() == wrong.len())
+        .unwrap_or_else(|| panic!("no presented thumbprint in {err}"))
+        .to_owned();
+    let mut pinned = config(&sim);
+    pinned.ca_file = None;
+    pinned.thumbprint = Some(presented.to_lowercase());
+    let backend = CnsBackend::connect(pinned).await.unwrap();
+    backend.disk_uuid(&disk).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_datastore_inventory_path_and_a_datacenter_inside_a_folder_resolve() {
     let opts = VcsimOptions {

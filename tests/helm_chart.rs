@@ -3,7 +3,7 @@
 //! cluster is needed, the real kubectl against the Kubernetes API test server.
 //!
 //! This file holds the rendering tests; the modules beside it in `helm_chart/` hold the
-//! flag coverage, values validation, RBAC, image, docs and API-server tests.
+//! flag coverage, values validation, RBAC, image, docs, chart README and API-server tests.
 
 #[path = "helm_chart/cluster.rs"]
 mod cluster;
@@ -21,6 +21,8 @@ mod image;
 mod monitoring;
 #[path = "helm_chart/rbac.rs"]
 mod rbac;
+#[path = "helm_chart/readme.rs"]
+mod readme;
 #[path = "helm_chart/values.rs"]
 mod values;
 
@@ -188,6 +190,8 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--http-addr=0.0.0.0:8080",
             "--probe-addr=0.0.0.0:8081",
             "--log-format=text",
+            "--log-level=info",
+            "--events-namespace=default",
             "--kube-request-timeout=70s",
         ],
         "defaults follow the docs/design.md §3 contract, with the Lease in the release namespace"

@@ -66,6 +66,7 @@ fn cns_backend(
     template.user_agent = user_agent(holder_id);
     template.ca_file = settings.ca_file.clone();
     template.insecure = settings.insecure;
+    template.thumbprint = settings.thumbprint.clone();
     template.datacenters = settings.datacenters.clone();
     template.request_timeout = args.vc_request_timeout;
     template.task_timeout = args.vc_task_timeout;
@@ -153,6 +154,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(default_holder_id);
     if args.dry_run {
+        // Dry runs resolve the vCenter settings too: the Secret is read first
+        // (docs/design.md §8.5).
+        if let Some(secret) = &args.csi_config_secret {
+            let client = kube_client_as(&args.kube, &user_agent(&holder_id)).await?;
+            crate::vcenter_config::secret::start(&client, secret, CancellationToken::new()).await?;
+        }
         return dry_run::run(args, holder_id).await;
     }
     let Started {
@@ -162,6 +169,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown,
         http_task,
     } = start(&args, &holder_id, "caches not synced yet").await?;
+    // `--csi-config-secret`: read and watched before anything resolves the vCenter settings
+    // (docs/design.md §8.5).
+    if let Some(secret) = &args.csi_config_secret {
+        crate::vcenter_config::secret::start(&client, secret, shutdown.clone()).await?;
+    }
     // Before the Lease and before vCenter: a cluster ID other than the driver's is refused.
     let cluster_id = cluster_id::resolve(&client, &args).await?;
 
@@ -225,7 +237,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         index,
         leader: leader.gate.clone(),
         metrics: metrics.clone(),
-        events: Events::new(client.clone(), &holder_id),
+        events: Events::in_namespace(client.clone(), &holder_id, &args.events_namespace),
         on_pv_delete: args.on_pv_delete.into(),
         error_requeue: Duration::from_secs(5),
         driver: driver.clone(),

@@ -1,13 +1,32 @@
 //! Kubernetes Events on VolumeMigrations and PersistentVolumes. Publishing is best effort:
 //! a failed Event is logged, never a reason to fail the work it reports.
+//!
+//! Both kinds are cluster-scoped, so every Event is written in one namespace, the events
+//! namespace (`--events-namespace`, docs/operations.md "Events"). kube-runtime's Recorder
+//! writes Events about cluster-scoped objects into `default` only, so volmig writes them
+//! itself, the way the Recorder does: `events.k8s.io/v1`, a repeat within six minutes
+//! becoming a series (a PATCH of the first) where folding is wanted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Resource;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::EventType;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::{Resource, ResourceExt as _};
 use tracing::warn;
 
 use crate::api::VolumeMigration;
+
+/// The namespaces the API server accepts an `events.k8s.io/v1` Event about a cluster-scoped
+/// object in (its Event validation: `default`, or `kube-system`).
+pub const EVENTS_NAMESPACES: [&str; 2] = ["default", "kube-system"];
+
+/// How long a published Event may still be folded into: kube-runtime's Recorder's window.
+const FOLD_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 
 /// Event reasons volmig publishes.
 pub mod reason {
@@ -33,46 +52,138 @@ pub mod reason {
 /// Publishes Events as the `volmig` controller.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
-    client: kube::Client,
-    reporter: Reporter,
+    api: Api<K8sEvent>,
+    namespace: String,
+    instance: String,
+    /// Events published in the last [`FOLD_WINDOW`] that a repeat folds into, by
+    /// [`fold_key`].
+    folded: Arc<Mutex<HashMap<String, K8sEvent>>>,
+}
+
+/// What makes two Events one series: type, reason and the object.
+fn fold_key(target: &ObjectReference, type_: EventType, reason: &str) -> String {
+    format!(
+        "{type_:?}/{reason}/{}/{}/{}",
+        target.kind.as_deref().unwrap_or_default(),
+        target.name.as_deref().unwrap_or_default(),
+        target.uid.as_deref().unwrap_or_default()
+    )
 }
 
 impl Events {
-    /// A publisher identified by `instance` (the replica's holder ID).
+    /// A publisher identified by `instance` (the replica's holder ID), writing into
+    /// `default`, the namespace `--events-namespace` defaults to.
     pub fn new(client: kube::Client, instance: &str) -> Self {
-        let reporter = Reporter {
-            controller: "volmig".into(),
-            instance: Some(instance.to_owned()),
-        };
+        Self::in_namespace(client, instance, "default")
+    }
+
+    /// A publisher identified by `instance` (the replica's holder ID), writing into
+    /// `namespace` (the events namespace, one of [`EVENTS_NAMESPACES`]).
+    pub fn in_namespace(client: kube::Client, instance: &str, namespace: &str) -> Self {
         Self {
-            recorder: Recorder::new(client.clone(), reporter.clone()),
-            client,
-            reporter,
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            instance: instance.to_owned(),
+            folded: Arc::default(),
         }
     }
 
+    /// A new Event (no series) on `target`.
+    fn new_event(
+        &self,
+        target: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> K8sEvent {
+        let now = Timestamp::now();
+        K8sEvent {
+            action: Some(reason.to_owned()),
+            reason: Some(reason.to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(target.clone()),
+            note: Some(note),
+            metadata: ObjectMeta {
+                namespace: Some(self.namespace.clone()),
+                name: Some(format!(
+                    "{}.{:x}",
+                    target.name.as_deref().unwrap_or("volmig"),
+                    now.as_nanosecond()
+                )),
+                ..Default::default()
+            },
+            reporting_controller: Some("volmig".into()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(
+                match type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Publishes an Event; with `fold`, a repeat of one published within [`FOLD_WINDOW`]
+    /// becomes a count on it (a series) instead of a new object.
     async fn publish(
         &self,
         target: &ObjectReference,
         type_: EventType,
         reason: &str,
         note: String,
+        fold: bool,
     ) {
-        publish_with(&self.recorder, target, type_, reason, note).await;
-    }
-
-    /// Publishes through a recorder of its own, which has no memory of earlier Events to
-    /// fold this one into.
-    async fn publish_unfolded(
-        &self,
-        target: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        publish_with(&recorder, target, type_, reason, note).await;
+        let key = fold_key(target, type_, reason);
+        let earlier = if fold {
+            let now = Timestamp::now();
+            let mut folded = self.folded.lock().unwrap_or_else(PoisonError::into_inner);
+            folded.retain(|_, e| {
+                let last = e
+                    .series
+                    .as_ref()
+                    .map(|s| s.last_observed_time.0)
+                    .or_else(|| e.event_time.as_ref().map(|t| t.0));
+                last.is_some_and(|t| t + FOLD_WINDOW > now)
+            });
+            folded.get(&key).cloned()
+        } else {
+            None
+        };
+        let result = match earlier {
+            Some(mut event) => {
+                event.series = Some(EventSeries {
+                    count: event.series.as_ref().map_or(2, |s| s.count + 1),
+                    last_observed_time: MicroTime(Timestamp::now()),
+                });
+                self.api
+                    .patch(
+                        &event.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&event),
+                    )
+                    .await
+                    .map(|_| event)
+            }
+            None => {
+                let event = self.new_event(target, type_, reason, note);
+                self.api
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .map(|_| event)
+            }
+        };
+        match result {
+            Ok(event) if fold => {
+                self.folded
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key, event);
+            }
+            Ok(_) => {}
+            Err(e) => warn!(object = ?target.name, reason, error = %e, "could not publish event"),
+        }
     }
 
     /// An Event on a VolumeMigration.
@@ -83,13 +194,14 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        self.publish(&vm.object_ref(&()), type_, reason, note).await;
+        self.publish(&vm.object_ref(&()), type_, reason, note, true)
+            .await;
     }
 
-    /// An Event on a VolumeMigration that is never folded into an earlier one: the shared
-    /// recorder turns a second Event of the same reason on the same object (within minutes)
-    /// into a count on the first, keeping the first note. Use this when the note carries
-    /// facts that differ each time (e.g. the volume IDs of a repair).
+    /// An Event on a VolumeMigration that is never folded into an earlier one: a second
+    /// Event of the same reason on the same object (within minutes) would otherwise become a
+    /// count on the first, keeping the first note. Use this when the note carries facts that
+    /// differ each time (e.g. the volume IDs of a repair).
     pub async fn on_migration_distinct(
         &self,
         vm: &VolumeMigration,
@@ -97,15 +209,14 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        self.publish_unfolded(&vm.object_ref(&()), type_, reason, note)
+        self.publish(&vm.object_ref(&()), type_, reason, note, false)
             .await;
     }
 
     /// An Event on the PersistentVolume `name`. PVs get one Event per registration (and
-    /// one per invalid path), nothing that repeats, so nothing is folded. The shared recorder keeps every Event it published in
-    /// the last six minutes and walks them all on each publish; during a migration that
-    /// would be one per PV (tens of thousands, a megabyte per thousand, and a walk over all
-    /// of them per registration).
+    /// one per invalid path), nothing that repeats, so nothing is folded: remembering every
+    /// PV Event for the fold window would mean one entry per PV during a migration (tens of
+    /// thousands) and a walk over all of them per registration.
     pub async fn on_pv(&self, name: &str, type_: EventType, reason: &str, note: String) {
         let target = ObjectReference {
             api_version: Some("v1".into()),
@@ -113,26 +224,7 @@ impl Events {
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        self.publish_unfolded(&target, type_, reason, note).await;
-    }
-}
-
-async fn publish_with(
-    recorder: &Recorder,
-    target: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: reason.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, target).await {
-        warn!(object = ?target.name, reason, error = %e, "could not publish event");
+        self.publish(&target, type_, reason, note, false).await;
     }
 }
 
@@ -146,14 +238,27 @@ mod tests {
     /// Serves `requests` Event writes, answering each with the body it was sent; returns
     /// "METHOD path" of each.
     async fn serve(
-        mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+        handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
         requests: usize,
     ) -> Vec<String> {
+        serve_bodies(handle, requests)
+            .await
+            .into_iter()
+            .map(|(line, _)| line)
+            .collect()
+    }
+
+    /// [`serve`], also returning the JSON body of each request.
+    async fn serve_bodies(
+        mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+        requests: usize,
+    ) -> Vec<(String, serde_json::Value)> {
         let mut seen = Vec::new();
         for _ in 0..requests {
             let (request, send) = handle.next_request().await.expect("a request");
-            seen.push(format!("{} {}", request.method(), request.uri().path()));
+            let line = format!("{} {}", request.method(), request.uri().path());
             let body = request.into_body().collect_bytes().await.expect("a body");
+            seen.push((line, serde_json::from_slice(&body).expect("a JSON body")));
             send.send_response(
                 Response::builder()
                     .status(201)
@@ -162,6 +267,56 @@ mod tests {
             );
         }
         seen
+    }
+
+    #[tokio::test]
+    async fn events_go_to_the_configured_namespace_about_cluster_scoped_objects() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let events = Events::in_namespace(
+            kube::Client::new(service, "volmig"),
+            "volmig-0",
+            "kube-system",
+        );
+        let server = tokio::spawn(serve_bodies(handle, 3));
+        events
+            .on_pv("pv-1", EventType::Normal, reason::REGISTERED, "ok".into())
+            .await;
+        let spec =
+            serde_json::from_value(serde_json::json!({"volumePath": "[ds] a.vmdk"})).expect("spec");
+        let vm = VolumeMigration::new("vm-1", spec);
+        for _ in 0..2 {
+            events
+                .on_migration(
+                    &vm,
+                    EventType::Warning,
+                    reason::DUPLICATE_VOLUMES,
+                    "x".into(),
+                )
+                .await;
+        }
+        let seen = server.await.expect("server");
+        let events_path = "/apis/events.k8s.io/v1/namespaces/kube-system/events";
+        assert_eq!(seen[0].0, format!("POST {events_path}"));
+        assert_eq!(seen[1].0, format!("POST {events_path}"));
+        assert!(
+            seen[2].0.starts_with(&format!("PATCH {events_path}/")),
+            "{seen:?}"
+        );
+        for (line, body) in &seen {
+            assert_eq!(
+                body["metadata"]["namespace"], "kube-system",
+                "{line}: {body}"
+            );
+            // The object stays cluster-scoped: the reference names no namespace.
+            assert!(
+                body["regarding"].get("namespace").is_none(),
+                "{line}: {body}"
+            );
+            assert_eq!(body["reportingController"], "volmig");
+            assert_eq!(body["reportingInstance"], "volmig-0");
+        }
+        assert_eq!(seen[0].1["regarding"]["kind"], "PersistentVolume");
+        assert_eq!(seen[2].1["series"]["count"], 2);
     }
 
     #[tokio::test]

@@ -134,8 +134,8 @@ pub struct CsiConfig {
     pub insecure: bool,
     /// `ca-file` (VirtualCenter, else Global).
     pub ca_file: Option<PathBuf>,
-    /// `thumbprint` is set: volmig cannot pin a thumbprint (it verifies with the CA).
-    pub has_thumbprint: bool,
+    /// `thumbprint` (VirtualCenter, else Global): SHA-1 of vCenter's certificate, `AA:BB:..`.
+    pub thumbprint: Option<String>,
 }
 
 impl fmt::Debug for CsiConfig {
@@ -248,7 +248,7 @@ impl CsiConfig {
                 .unwrap_or_default(),
             insecure,
             ca_file: text_value("ca-file").map(PathBuf::from),
-            has_thumbprint: text_value("thumbprint").is_some(),
+            thumbprint: text_value("thumbprint"),
         })
     }
 

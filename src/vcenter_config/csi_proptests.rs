@@ -247,7 +247,7 @@ proptest! {
         prop_assert_eq!(&c.datacenters, &spec.datacenters);
         prop_assert_eq!(c.insecure, spec.insecure.unwrap_or(false));
         prop_assert_eq!(c.ca_file, spec.ca_file.clone().map(PathBuf::from));
-        prop_assert!(!c.has_thumbprint);
+        prop_assert!(c.thumbprint.is_none());
     }
 
     /// gcfg only treats `"` as a quote: a bare value that starts or ends with `'`, or

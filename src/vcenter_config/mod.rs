@@ -1,5 +1,6 @@
 //! How volmig reaches vCenter, from the flags of `volmig run` and the vSphere CSI driver's
-//! `csi-vsphere.conf` (`--csi-config`, parsed by [`csi`]): the file supplies URL,
+//! `csi-vsphere.conf` (`--csi-config`, parsed by [`csi`], or `--csi-config-secret`, read
+//! through the API by [`secret`]; docs/design.md §8.5): the configuration supplies URL,
 //! credentials, CA, datacenters and cluster ID; explicit flags override each of them. The
 //! cluster ID is then checked against the CSI driver's at start-up (src/daemon/cluster_id.rs).
 //! Only the credentials are read again later (at every login); the rest is fixed at start.
@@ -12,6 +13,7 @@ use crate::cli::RunArgs;
 use crate::credentials::CredentialSource;
 
 pub mod csi;
+pub mod secret;
 
 use csi::CsiConfig;
 
@@ -31,6 +33,9 @@ pub struct VcenterSettings {
     pub ca_file: Option<PathBuf>,
     /// Skip TLS verification.
     pub insecure: bool,
+    /// `thumbprint` of the CSI config (`AA:BB:...`): the one server certificate to trust,
+    /// unless `--vc-ca-file`, `--vc-insecure` or `insecure-flag` decide (docs/design.md §8.5).
+    pub thumbprint: Option<String>,
     /// Datacenters to search; empty means all.
     pub datacenters: Vec<String>,
     /// Where the credentials are read from at each login.
@@ -46,6 +51,8 @@ pub enum ClusterIdSource {
     Flag,
     /// `[Global] cluster-id` of the `--csi-config` file at this path.
     CsiConfig(PathBuf),
+    /// `[Global] cluster-id` of the `--csi-config-secret` Secret (`NAMESPACE/NAME`).
+    CsiConfigSecret(String),
 }
 
 impl std::fmt::Display for ClusterIdSource {
@@ -54,6 +61,9 @@ impl std::fmt::Display for ClusterIdSource {
             ClusterIdSource::Flag => f.write_str("--cluster-id"),
             ClusterIdSource::CsiConfig(path) => {
                 write!(f, "[Global] cluster-id of --csi-config {}", path.display())
+            }
+            ClusterIdSource::CsiConfigSecret(secret) => {
+                write!(f, "[Global] cluster-id of --csi-config-secret {secret}")
             }
         }
     }
@@ -84,16 +94,40 @@ pub fn resolve(args: &RunArgs) -> Result<VcenterSettings, SettingsError> {
 
 /// [`resolve`] with the presence of `VOLMIG_VC_USERNAME` given (for tests).
 pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, SettingsError> {
-    let csi = match &args.csi_config {
-        Some(path) => Some((path, CsiConfig::load(path).map_err(SettingsError)?)),
-        None => None,
+    let csi = match (&args.csi_config, &args.csi_config_secret) {
+        (Some(path), _) => Some(Csi {
+            label: format!("CSI config {}", path.display()),
+            cluster_id_source: ClusterIdSource::CsiConfig(path.clone()),
+            credentials: CredentialSource::CsiConfig(path.clone()),
+            config: CsiConfig::load(path).map_err(SettingsError)?,
+        }),
+        (None, Some(secret)) => {
+            let store = secret::installed(secret).ok_or_else(|| {
+                SettingsError(format!(
+                    "--csi-config-secret {secret} has not been read (only `volmig run` reads it)"
+                ))
+            })?;
+            let text = store.text().ok_or_else(|| {
+                SettingsError(format!("{} is missing or empty", store.describe()))
+            })?;
+            let config = CsiConfig::parse(&text)
+                .map_err(|e| SettingsError(format!("{}: {e}", store.describe())))?;
+            Some(Csi {
+                label: format!("CSI config {}", store.describe()),
+                cluster_id_source: ClusterIdSource::CsiConfigSecret(secret.to_string()),
+                credentials: CredentialSource::CsiConfigSecret(store),
+                config,
+            })
+        }
+        (None, None) => None,
     };
     let mut warnings = Vec::new();
     let url = match (&args.vc_url, &csi) {
         (Some(url), _) => url.clone(),
-        (None, Some((path, config))) => config
+        (None, Some(csi)) => csi
+            .config
             .url()
-            .map_err(|e| SettingsError(format!("CSI config {}: {e}", path.display())))?,
+            .map_err(|e| SettingsError(format!("{}: {e}", csi.label)))?,
         (None, None) => {
             return Err(SettingsError(
                 "no vCenter URL: set --vc-url (VOLMIG_VC_URL) or --csi-config (VOLMIG_CSI_CONFIG)"
@@ -108,9 +142,9 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
             id: id.clone(),
             source: ClusterIdSource::Flag,
         }),
-        (_, Some((path, config))) => config.cluster_id.clone().map(|id| ConfiguredClusterId {
+        (_, Some(csi)) => csi.config.cluster_id.clone().map(|id| ConfiguredClusterId {
             id,
-            source: ClusterIdSource::CsiConfig((*path).clone()),
+            source: csi.cluster_id_source.clone(),
         }),
         (_, None) => None,
     };
@@ -118,17 +152,10 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
         (Some(ca.clone()), false)
     } else if args.vc_insecure {
         (None, true)
-    } else if let Some((path, config)) = &csi {
+    } else if let Some(Csi { label, config, .. }) = &csi {
         if config.insecure && config.ca_file.is_some() {
             warnings.push(format!(
-                "CSI config {}: insecure-flag is on, so ca-file is not used (as in the driver)",
-                path.display()
-            ));
-        }
-        if config.has_thumbprint && config.ca_file.is_none() && !config.insecure {
-            warnings.push(format!(
-                "CSI config {}: thumbprint is not supported; the certificate is verified with the system roots (set ca-file or --vc-ca-file)",
-                path.display()
+                "{label}: insecure-flag is on, so ca-file is not used (as in the driver)"
             ));
         }
         if config.insecure {
@@ -139,29 +166,48 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
     } else {
         (None, false)
     };
+    let thumbprint = match &csi {
+        Some(c) if args.vc_ca_file.is_none() && !args.vc_insecure && !c.config.insecure => {
+            c.config.thumbprint.clone()
+        }
+        _ => None,
+    };
     let datacenters = if !args.datacenters.is_empty() {
         args.datacenters.clone()
     } else {
         csi.as_ref()
-            .map(|(_, c)| c.datacenters.clone())
+            .map(|c| c.config.datacenters.clone())
             .unwrap_or_default()
     };
     let credentials = match (&args.vc_credentials_file, &csi) {
         (Some(file), _) => CredentialSource::File(file.clone()),
         (None, Some(_)) if env_user => CredentialSource::Environment,
-        (None, Some((path, _))) => CredentialSource::CsiConfig((*path).clone()),
+        (None, Some(csi)) => csi.credentials.clone(),
         (None, None) => CredentialSource::Environment,
     };
     Ok(VcenterSettings {
         url,
         cluster_id,
-        cluster_distribution: csi.and_then(|(_, c)| c.cluster_distribution),
+        cluster_distribution: csi.and_then(|c| c.config.cluster_distribution),
         ca_file,
         insecure,
+        thumbprint,
         datacenters,
         credentials,
         warnings,
     })
+}
+
+/// The driver's configuration, from a file or a Secret.
+struct Csi {
+    /// `CSI config PATH` or `CSI config Secret NS/NAME key csi-vsphere.conf`, for messages.
+    label: String,
+    /// Where its cluster ID comes from.
+    cluster_id_source: ClusterIdSource,
+    /// Its `user` / `password`, read again at each login.
+    credentials: CredentialSource,
+    /// The parsed content (as at start-up).
+    config: CsiConfig,
 }
 
 /// The refusal of a vCenter URL with a user or password in it (`user:password@`); it

@@ -178,3 +178,80 @@ fn a_csi_config_host_with_credentials_is_refused_without_showing_them() {
         );
     }
 }
+
+#[test]
+fn the_csi_config_secret_excludes_the_file_flags_and_defaults_to_the_drivers() {
+    let a = args(&["--csi-config-secret"]);
+    assert_eq!(
+        a.csi_config_secret
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some(secret::DEFAULT_SECRET)
+    );
+    assert_eq!(a.vc_url, None, "the Secret names the vCenter");
+    for other in [
+        ["--csi-config", "/etc/csi/csi-vsphere.conf"],
+        ["--vc-credentials-file", "/etc/volmig/credentials"],
+    ] {
+        let e = Cli::try_parse_from(
+            ["volmig", "run", "--csi-config-secret", "ns/s"]
+                .iter()
+                .chain(&other),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot be used with"), "{e}");
+    }
+    let e =
+        Cli::try_parse_from(["volmig", "run", "--csi-config-secret", "no-namespace"]).unwrap_err();
+    assert!(e.to_string().contains("NAMESPACE/NAME"), "{e}");
+}
+
+#[test]
+fn the_csi_config_secret_supplies_everything_and_its_credentials_follow_it() {
+    let a = args(&["--csi-config-secret", secret::DEFAULT_SECRET]);
+    let Some(reference) = a.csi_config_secret.clone() else {
+        panic!("no secret");
+    };
+    let e = resolve_with(&args(&["--csi-config-secret", "other/secret"]), false).unwrap_err();
+    assert!(e.to_string().contains("has not been read"), "{e}");
+    let store = secret::install(secret::SecretConf::new(reference, Some(CONF.to_owned())));
+    let s = resolve_with(&a, false).unwrap();
+    assert_eq!(s.url.as_str(), "https://vc.example.com:8443/sdk");
+    assert_eq!(s.datacenters, ["DC1", "DC2"]);
+    let Some(id) = s.cluster_id else {
+        panic!("no cluster ID")
+    };
+    assert_eq!(id.id, "csi-cluster");
+    assert!(
+        id.source
+            .to_string()
+            .contains("--csi-config-secret vmware-system-csi/")
+    );
+    assert_eq!(s.credentials.load().unwrap().password.expose(), "pw");
+    store.set(Some(CONF.replace("\"pw\"", "\"rotated\"")));
+    assert_eq!(s.credentials.load().unwrap().password.expose(), "rotated");
+    // VOLMIG_VC_USERNAME set: the environment wins, as with --csi-config.
+    let s = resolve_with(&a, true).unwrap();
+    assert_eq!(s.credentials, CredentialSource::Environment);
+}
+
+#[test]
+fn the_thumbprint_is_kept_unless_a_flag_or_insecure_flag_decides() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = "AF:F2:33:3D:9E:FA:D0:66:6B:50:F5:96:29:89:79:5E:4F:87:B9:14";
+    let conf = write_conf(
+        dir.path(),
+        &format!("[VirtualCenter \"vc\"]\nuser = u\npassword = p\nthumbprint = \"{t}\"\n"),
+    );
+    let s = resolve_with(&args(&["--csi-config", &conf]), false).unwrap();
+    assert_eq!(s.thumbprint.as_deref(), Some(t));
+    let s = resolve_with(&args(&["--csi-config", &conf, "--vc-insecure"]), false).unwrap();
+    assert_eq!(s.thumbprint, None);
+    let s = resolve_with(
+        &args(&["--csi-config", &conf, "--vc-ca-file", "/ca"]),
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.thumbprint, None);
+}

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::Parser as _;
-use volmig::cli::{Cli, Command as CliCommand, LogFormat, OnPvDelete, RunArgs};
+use volmig::cli::{Cli, Command as CliCommand, LogFormat, LogLevel, OnPvDelete, RunArgs};
 
 use crate::helm::{describe, render, run};
 
@@ -127,6 +127,22 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             vec!["--set", "vcenter.csiConfig.enabled=true"],
             "--csi-config=/etc/volmig/csi-config/csi-vsphere.conf",
             |a| a.csi_config.as_deref() == Some("/etc/volmig/csi-config/csi-vsphere.conf".as_ref()),
+        ),
+        (
+            "csi-config-secret",
+            vec![
+                "--set-string",
+                "vcenter.csiConfig.secretRef=vmware-system-csi/vsphere-config-secret",
+            ],
+            "--csi-config-secret=vmware-system-csi/vsphere-config-secret",
+            |a| {
+                a.csi_config_secret
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .as_deref()
+                    == Some("vmware-system-csi/vsphere-config-secret")
+                    && a.vc_credentials_file.is_none()
+            },
         ),
         (
             "cluster-id",
@@ -270,6 +286,18 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             "--log-format=json",
             |a| a.log_format == LogFormat::Json,
         ),
+        (
+            "log-level",
+            vec!["--set-string", "logLevel=debug"],
+            "--log-level=debug",
+            |a| a.log_level == LogLevel::Debug,
+        ),
+        (
+            "events-namespace",
+            vec!["--set-string", "events.namespace=kube-system"],
+            "--events-namespace=kube-system",
+            |a| a.events_namespace == "kube-system",
+        ),
     ]
 }
 
@@ -361,4 +389,70 @@ fn every_run_flag_is_reachable_through_a_value() {
             "{off} on by default: {defaults:?}"
         );
     }
+}
+
+/// stderr of `volmig run` against an API server that refuses connections (it fails within
+/// milliseconds), with `extra` arguments and `VOLMIG_LOG` as given.
+fn run_against_nothing(extra: &[&str], volmig_log: Option<&str>) -> String {
+    let dir = std::env::temp_dir().join(format!("volmig-log-level-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap_or_else(|e| panic!("write {}: {e}", kubeconfig.display()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_volmig"));
+    command
+        .args(["run", "--vc-url=https://127.0.0.1:1/sdk", "--cluster-id=x"])
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args([
+            "--leader-election=false",
+            "--http-addr=127.0.0.1:0",
+            "--probe-addr=127.0.0.1:0",
+        ])
+        .args(extra)
+        .env_remove("VOLMIG_LOG")
+        .env_remove("VOLMIG_LOG_LEVEL");
+    if let Some(filter) = volmig_log {
+        command.env("VOLMIG_LOG", filter);
+    }
+    let output = run(&mut command);
+    assert!(
+        !output.status.success(),
+        "volmig run succeeded without an API server"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn log_level_flag_sets_the_level_and_volmig_log_wins() {
+    let debug = run_against_nothing(&["--log-level=debug"], None);
+    assert!(
+        debug.contains(" DEBUG "),
+        "no DEBUG line at debug:\n{debug}"
+    );
+    let info = run_against_nothing(&[], None);
+    assert!(
+        !info.contains(" DEBUG "),
+        "DEBUG at the default info:\n{info}"
+    );
+    assert!(info.contains(" INFO "), "no INFO line at info:\n{info}");
+    let error = run_against_nothing(&["--log-level=error"], None);
+    assert!(
+        !error.contains(" INFO ") && error.contains(" ERROR "),
+        "{error}"
+    );
+    // The VOLMIG_LOG filter wins over --log-level.
+    let filtered = run_against_nothing(&["--log-level=debug"], Some("error"));
+    assert!(
+        !filtered.contains(" DEBUG ") && !filtered.contains(" INFO "),
+        "VOLMIG_LOG=error did not win over --log-level=debug:\n{filtered}"
+    );
+    let rejected =
+        run(Command::new(env!("CARGO_BIN_EXE_volmig")).args(["run", "--log-level=verbose"]));
+    assert!(!rejected.status.success());
 }

@@ -1,4 +1,5 @@
-//! The chart's RBAC: least privilege, no wildcards, no Secrets, Leases namespaced, every
+//! The chart's RBAC: least privilege, no wildcards, no Secrets (but the one opt-in Secret
+//! of `vcenter.csiConfig.secretRef`, by name, in its namespace), Leases namespaced, every
 //! rule commented.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,10 +56,10 @@ fn rbac_is_least_privilege_and_commented() {
         "the ClusterRole grants exactly what the daemon needs (Events are not cluster-wide)"
     );
 
-    // Events: kube-runtime's Recorder writes an Event in the namespace of the object it is
-    // about, and in `default` for cluster-scoped objects. volmig's Events are about
-    // VolumeMigrations and PersistentVolumes (src/events.rs), both cluster-scoped: a Role
-    // in `default` with create and patch (a repeated Event becomes a series), nothing else.
+    // Events: volmig's Events are about VolumeMigrations and PersistentVolumes
+    // (src/k8s/events.rs), both cluster-scoped, and all written in `events.namespace`
+    // (default `default`): a Role there with create and patch (a repeated Event becomes a
+    // series), nothing else.
     let crd = volmig::api::crd_yaml().expect("render the CRD");
     assert!(
         crd.contains("\n  scope: Cluster\n"),
@@ -88,6 +89,23 @@ fn rbac_is_least_privilege_and_commented() {
             object["metadata"]["name"]
         );
     }
+    // The Role follows `events.namespace`, and so does `--events-namespace`.
+    let system = render(&["--set-string", "events.namespace=kube-system"]);
+    for kind in ["Role", "RoleBinding"] {
+        assert_eq!(
+            system.get(kind, "volmig-events")["metadata"]["namespace"],
+            "kube-system",
+            "{kind} volmig-events follows events.namespace"
+        );
+    }
+    assert!(
+        system
+            .args()
+            .iter()
+            .any(|a| a == "--events-namespace=kube-system"),
+        "{:?}",
+        system.args()
+    );
 
     // Leases: a namespaced Role in the Lease's namespace, nothing cluster-wide.
     let lease_role = rendered.get("Role", "volmig-leader-election");
@@ -189,6 +207,7 @@ fn rbac_is_least_privilege_and_commented() {
         "role-events.yaml",
         "role-driver-syncer.yaml",
         "clusterrole-reader.yaml",
+        "role-csi-config-secret.yaml",
     ] {
         let text = read_repo_file(&format!("charts/volmig/templates/{file}"));
         let lines: Vec<&str> = text.lines().collect();
@@ -209,4 +228,66 @@ fn rbac_is_least_privilege_and_commented() {
         }
         assert!(rules > 0, "{file} has no rules");
     }
+}
+
+#[test]
+fn the_csi_config_secret_is_read_through_one_role_for_that_one_secret() {
+    let role_name = "volmig-csi-config-secret";
+    for rendered in [
+        render(&[]),
+        render(&["--values", all_features_values().to_str().expect("utf-8")]),
+    ] {
+        assert!(
+            rendered
+                .of_kind("Role")
+                .all(|r| r["metadata"]["name"] != role_name),
+            "the Secret Role renders only with vcenter.csiConfig.secretRef"
+        );
+    }
+    let rendered = render(&[
+        "--set-string",
+        "vcenter.csiConfig.secretRef=vmware-system-csi/vsphere-config-secret",
+    ]);
+    let role = rendered.get("Role", role_name);
+    assert_eq!(role["metadata"]["namespace"], "vmware-system-csi");
+    let rules = role["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
+    assert_eq!(strings(&rules[0]["resources"]), ["secrets"]);
+    assert_eq!(
+        strings(&rules[0]["resourceNames"]),
+        ["vsphere-config-secret"]
+    );
+    assert_eq!(strings(&rules[0]["verbs"]), ["get", "list", "watch"]);
+    let binding = rendered.get("RoleBinding", role_name);
+    assert_eq!(binding["metadata"]["namespace"], "vmware-system-csi");
+    assert_eq!(binding["roleRef"]["name"], role_name);
+    assert_eq!(
+        binding["subjects"][0],
+        rendered.get("ClusterRoleBinding", "volmig")["subjects"][0],
+        "the daemon's ServiceAccount"
+    );
+    assert_eq!(binding["subjects"][0]["namespace"], helm::NAMESPACE);
+    // Nothing else mentions Secrets: never cluster-wide.
+    for object in rendered
+        .of_kind("ClusterRole")
+        .chain(rendered.of_kind("Role"))
+        .filter(|o| o["metadata"]["name"] != role_name)
+    {
+        assert_no_wildcards_or_secrets(&object["rules"], "another role");
+    }
+    assert!(
+        rendered
+            .args()
+            .iter()
+            .any(|a| a == "--csi-config-secret=vmware-system-csi/vsphere-config-secret")
+    );
+    assert!(
+        !rendered
+            .args()
+            .iter()
+            .any(|a| a.starts_with("--vc-credentials-file")),
+        "{:?}",
+        rendered.args()
+    );
 }

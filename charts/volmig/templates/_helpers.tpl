@@ -85,8 +85,13 @@ app.kubernetes.io/part-of: volmig
 {{/* Refuses combinations of values that would deploy something unsafe or broken. */}}
 {{- define "volmig.validate" -}}
 {{- /* The schema refuses these already; the messages serve --skip-schema-validation. */}}
-{{- if and (not .Values.vcenter.url) (not (.Values.vcenter.csiConfig | default dict).enabled) }}
-{{- fail "vcenter.url is required: set vcenter.url=https://VCENTER/sdk, or vcenter.csiConfig.enabled=true to read it from the vSphere CSI driver's csi-vsphere.conf" }}
+{{- $csi := .Values.vcenter.csiConfig | default dict }}
+{{- if and (not .Values.vcenter.url) (not $csi.enabled) (not $csi.secretRef) }}
+{{- fail "vcenter.url is required: set vcenter.url=https://VCENTER/sdk, or vcenter.csiConfig.enabled=true (or vcenter.csiConfig.secretRef) to read it from the vSphere CSI driver's csi-vsphere.conf" }}
+{{- end }}
+{{- /* --csi-config-secret excludes --csi-config and --vc-credentials-file. */}}
+{{- if and $csi.secretRef (or $csi.enabled .Values.vcenter.credentials.username .Values.vcenter.credentials.existingSecret) }}
+{{- fail "vcenter.csiConfig.secretRef excludes vcenter.csiConfig.enabled and vcenter.credentials: the Secret supplies the user and password" }}
 {{- end }}
 {{- /* A repository whose first part is no registry host (no `.` or `:`, not localhost)
 is pulled from Docker Hub, where volmig publishes nothing: ImagePullBackOff. */}}

@@ -65,6 +65,9 @@ pub struct CnsConfig {
     pub ca_file: Option<PathBuf>,
     /// Skip TLS verification (`--vc-insecure`); logs a warning.
     pub insecure: bool,
+    /// Trust only the certificate with this thumbprint (`AA:BB:...`, SHA-1; `thumbprint`
+    /// of the driver's `csi-vsphere.conf`), instead of a CA (src/backend/cns/tls.rs).
+    pub thumbprint: Option<String>,
     /// Datacenters (names or inventory paths) searched for datastores; empty means all.
     pub datacenters: Vec<String>,
     /// Time limit of one SOAP request.
@@ -89,6 +92,7 @@ impl CnsConfig {
             password: password.into(),
             ca_file: None,
             insecure: false,
+            thumbprint: None,
             datacenters: Vec::new(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             task_timeout: DEFAULT_TASK_TIMEOUT,

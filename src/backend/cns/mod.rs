@@ -131,7 +131,11 @@ impl CnsBackend {
             }
             ("https", true, None) => tls::Trust::Insecure,
             ("https", false, Some(path)) => tls::Trust::CaFile(path),
-            ("https", false, None) => tls::Trust::SystemRoots,
+            ("https", false, None) => match config.thumbprint.as_deref() {
+                // `thumbprint` of csi-vsphere.conf (docs/design.md §8.5): a self-signed vCenter.
+                Some(thumbprint) => tls::Trust::Thumbprint(thumbprint),
+                None => tls::Trust::SystemRoots,
+            },
             ("http", ..) => {
                 tracing::warn!(vcenter = %server, "vCenter URL is plain http: nothing is encrypted");
                 tls::Trust::Nothing

@@ -6,7 +6,8 @@
 //! RSA key under [`MIN_RSA_BITS`] is refused with a message saying so: ring would refuse
 //! the handshake signature of such a key anyway, but only as an opaque `BadSignature`.
 //! Real vCenters serve RSA-2048 chains from their own CA (VMCA). Host names are checked
-//! by webpki (`NotValidForName`), except with `--vc-insecure`.
+//! by webpki (`NotValidForName`), except with `--vc-insecure`. A `thumbprint` of the CSI
+//! driver's configuration pins the leaf certificate instead ([`tls_thumbprint`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,9 @@ pub(crate) enum Trust<'a> {
     Insecure,
     /// No trusted certificate at all (plain-http URLs never use TLS).
     Nothing,
+    /// Only the certificate with this thumbprint (`AA:BB:...`, SHA-1 as in the driver's
+    /// `csi-vsphere.conf`), whatever its issuer and names.
+    Thumbprint(&'a str),
 }
 
 /// Why no TLS configuration could be built.
@@ -37,6 +41,9 @@ pub(crate) enum TlsConfigError {
     /// The CA file is unreadable or holds no certificate.
     #[error("cannot use CA file {path}: {reason}")]
     CaFile { path: String, reason: String },
+    /// The thumbprint is not hex pairs of a SHA-1 (or SHA-256).
+    #[error("cannot use the vCenter thumbprint: {0}")]
+    Thumbprint(String),
     /// The system trust store is empty or unreadable.
     #[error("no usable system root certificates: {0}")]
     SystemRoots(String),
@@ -44,6 +51,9 @@ pub(crate) enum TlsConfigError {
     #[error("TLS setup failed: {0}")]
     Rustls(#[from] rustls::Error),
 }
+
+#[path = "tls_thumbprint.rs"]
+pub(crate) mod tls_thumbprint;
 
 /// The smallest RSA modulus accepted in the server's chain, in bits (NIST SP 800-131A;
 /// vCenter's VMCA issues 2048-bit keys).
@@ -79,6 +89,13 @@ pub(crate) fn client_config(
         Trust::CaFile(path) => builder
             .dangerous()
             .with_custom_certificate_verifier(strong_keys(ca_file_roots(path)?, &provider)?)
+            .with_no_client_auth(),
+        Trust::Thumbprint(text) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(tls_thumbprint::Pinned {
+                expected: tls_thumbprint::parse(text).map_err(TlsConfigError::Thumbprint)?,
+                algorithms: provider.signature_verification_algorithms,
+            }))
             .with_no_client_auth(),
         Trust::Nothing => builder
             .dangerous()
@@ -433,6 +450,38 @@ mod tests {
                 .is_err()
         );
     }
+
+    #[test]
+    fn a_thumbprint_pins_the_leaf_and_a_mismatch_names_both() {
+        let pinned = tls_thumbprint::Pinned {
+            expected: tls_thumbprint::parse(RSA_2048_SHA1).unwrap(),
+            algorithms: provider().signature_verification_algorithms,
+        };
+        let name = ServerName::try_from("any-name").unwrap();
+        pinned
+            .verify_server_cert(&der(RSA_2048), &[], &name, &[], UnixTime::now())
+            .unwrap();
+        let err = pinned
+            .verify_server_cert(&der(EC_P256), &[], &name, &[], UnixTime::now())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("expected {RSA_2048_SHA1}")), "{err}");
+        assert!(err.contains("presented "), "{err}");
+        // SHA-256 thumbprints pin too.
+        let sha256 = tls_thumbprint::Pinned {
+            expected: tls_thumbprint::parse("6F:55:97:E3:15:D8:3E:44:A6:D0:F3:4D:D9:D6:49:13:25:D1:5C:32:64:AE:EC:1C:0B:2D:C1:D5:7E:1E:25:3E").unwrap(),
+            algorithms: provider().signature_verification_algorithms,
+        };
+        sha256
+            .verify_server_cert(&der(RSA_2048), &[], &name, &[], UnixTime::now())
+            .unwrap();
+        client_config(Trust::Thumbprint(RSA_2048_SHA1), "vc").unwrap();
+        let err = client_config(Trust::Thumbprint("AA:BB"), "vc").unwrap_err();
+        assert!(err.to_string().contains("thumbprint"), "{err}");
+    }
+
+    /// `openssl x509 -noout -fingerprint -sha1` of [`RSA_2048`].
+    const RSA_2048_SHA1: &str = "AF:F2:33:3D:9E:FA:D0:66:6B:50:F5:96:29:89:79:5E:4F:87:B9:14";
 
     #[test]
     fn insecure_builds_without_roots() {

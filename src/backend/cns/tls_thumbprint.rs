@@ -1,0 +1,209 @@
+//! Pinning vCenter's certificate by its thumbprint, as the vSphere CSI driver does with
+//! `thumbprint` of `csi-vsphere.conf`'s `[VirtualCenter]` section (docs/design.md §8.5):
+//! the SHA-1 of the server certificate's DER bytes, written as colon-separated hex pairs
+//! (`AA:BB:...`, what `openssl x509 -fingerprint -sha1` prints). A 32-byte value is taken
+//! as a SHA-256 thumbprint. The pinned leaf certificate is trusted instead of a CA chain
+//! (self-signed vCenters); a mismatch is refused naming both thumbprints.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest, Sha256};
+
+/// Parses `AA:BB:...` (any case; colons optional): 20 bytes (SHA-1) or 32 (SHA-256).
+pub(crate) fn parse(text: &str) -> Result<Vec<u8>, String> {
+    let hex_digits: String = text.trim().chars().filter(|c| *c != ':').collect();
+    let bytes = hex::decode(&hex_digits)
+        .map_err(|_| format!("thumbprint {text:?} is not hex pairs such as AA:BB:..."))?;
+    match bytes.len() {
+        20 | 32 => Ok(bytes),
+        n => Err(format!(
+            "thumbprint {text:?} has {n} bytes; a SHA-1 thumbprint has 20 (SHA-256: 32)"
+        )),
+    }
+}
+
+/// `AA:BB:...`.
+pub(crate) fn format(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The thumbprint of `cert` with the algorithm of `like` (its length).
+fn thumbprint_of(cert: &[u8], like: &[u8]) -> Vec<u8> {
+    if like.len() == 32 {
+        Sha256::digest(cert).to_vec()
+    } else {
+        sha1(cert).to_vec()
+    }
+}
+
+/// Refuses every server certificate but the pinned one (after the key-size check).
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pub(crate) expected: Vec<u8>,
+    pub(crate) algorithms: WebPkiSupportedAlgorithms,
+}
+
+/// A certificate whose thumbprint is not the configured one. Its `Debug` is its message:
+/// rustls shows `CertificateError::Other` with `Debug`.
+struct Mismatch {
+    expected: String,
+    actual: String,
+}
+
+impl std::fmt::Debug for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "server certificate thumbprint mismatch: expected {} (thumbprint of csi-vsphere.conf), the server presented {}",
+            self.expected, self.actual
+        )
+    }
+}
+
+impl std::error::Error for Mismatch {}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        super::check_key_sizes(end_entity, intermediates)?;
+        let actual = thumbprint_of(end_entity.as_ref(), &self.expected);
+        if actual == self.expected {
+            return Ok(ServerCertVerified::assertion());
+        }
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::Other(rustls::OtherError(Arc::new(Mismatch {
+                expected: format(&self.expected),
+                actual: format(&actual),
+            }))),
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// SHA-1 (FIPS 180-4), only for thumbprints: no SHA-1 crate is among the dependencies.
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let mut message = data.to_vec();
+    let bit_len = (data.len() as u64).wrapping_mul(8);
+    message.push(0x80);
+    while message.len() % 64 != 56 {
+        message.push(0);
+    }
+    message.extend_from_slice(&bit_len.to_be_bytes());
+    for block in message.chunks_exact(64) {
+        let mut w = [0u32; 80];
+        for (i, word) in block.chunks_exact(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
+                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
+                _ => (b ^ c ^ d, 0xCA62_C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (state, v) in h.iter_mut().zip([a, b, c, d, e]) {
+            *state = state.wrapping_add(v);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (chunk, word) in out.chunks_exact_mut(4).zip(h) {
+        chunk.copy_from_slice(&word.to_be_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_matches_the_standard_vectors() {
+        assert_eq!(
+            hex::encode(sha1(b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        assert_eq!(
+            hex::encode(sha1(b"")),
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709"
+        );
+        assert_eq!(
+            hex::encode(sha1(
+                b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
+            )),
+            "84983e441c3bd26ebaae4aa1f95129e5e54670f1"
+        );
+    }
+
+    #[test]
+    fn thumbprints_are_hex_pairs_of_twenty_or_thirty_two_bytes() {
+        let t = "AF:F2:33:3D:9E:FA:D0:66:6B:50:F5:96:29:89:79:5E:4F:87:B9:14";
+        assert_eq!(format(&parse(t).unwrap()), t);
+        assert_eq!(parse(&t.to_lowercase().replace(':', "")).unwrap().len(), 20);
+        assert!(parse("AA:BB").unwrap_err().contains("has 2 bytes"));
+        assert!(parse("ZZ").unwrap_err().contains("not hex"));
+    }
+}
