@@ -81,7 +81,8 @@ pub(crate) fn client_config(
             );
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerification {
+                .with_custom_certificate_verifier(Arc::new(StrongKeys {
+                    then: Then::Anything,
                     algorithms: provider.signature_verification_algorithms,
                 }))
                 .with_no_client_auth()
@@ -92,8 +93,10 @@ pub(crate) fn client_config(
             .with_no_client_auth(),
         Trust::Thumbprint(text) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(tls_thumbprint::Pinned {
-                expected: tls_thumbprint::parse(text).map_err(TlsConfigError::Thumbprint)?,
+            .with_custom_certificate_verifier(Arc::new(StrongKeys {
+                then: Then::Pinned(
+                    tls_thumbprint::parse(text).map_err(TlsConfigError::Thumbprint)?,
+                ),
                 algorithms: provider.signature_verification_algorithms,
             }))
             .with_no_client_auth(),
@@ -128,17 +131,29 @@ fn strong_keys(
         )
     };
     Ok(Arc::new(StrongKeys {
-        webpki,
+        then: Then::Chain(webpki),
         algorithms: provider.signature_verification_algorithms,
     }))
 }
 
-/// Refuses weak RSA keys, then lets webpki verify (or, without roots, refuses every
-/// certificate as `UnknownIssuer`, as webpki would).
+/// Refuses weak RSA keys whatever the trust mode, then lets `then` decide. The handshake
+/// is always checked to be signed by the key of the certificate presented.
 #[derive(Debug)]
 struct StrongKeys {
-    webpki: Option<Arc<WebPkiServerVerifier>>,
+    then: Then,
     algorithms: WebPkiSupportedAlgorithms,
+}
+
+/// What decides trust once the key sizes passed.
+#[derive(Debug)]
+enum Then {
+    /// webpki over the roots (chain, validity, host name); without roots every
+    /// certificate is refused as `UnknownIssuer`, as webpki would.
+    Chain(Option<Arc<WebPkiServerVerifier>>),
+    /// Only the leaf with this thumbprint ([`tls_thumbprint`]), whatever its issuer and names.
+    Pinned(Vec<u8>),
+    /// Any certificate (`--vc-insecure`).
+    Anything,
 }
 
 impl ServerCertVerifier for StrongKeys {
@@ -151,17 +166,19 @@ impl ServerCertVerifier for StrongKeys {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         check_key_sizes(end_entity, intermediates)?;
-        match &self.webpki {
-            Some(webpki) => webpki.verify_server_cert(
+        match &self.then {
+            Then::Chain(Some(webpki)) => webpki.verify_server_cert(
                 end_entity,
                 intermediates,
                 server_name,
                 ocsp_response,
                 now,
             ),
-            None => Err(rustls::Error::InvalidCertificate(
+            Then::Chain(None) => Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::UnknownIssuer,
             )),
+            Then::Pinned(expected) => tls_thumbprint::verify(expected, end_entity),
+            Then::Anything => Ok(ServerCertVerified::assertion()),
         }
     }
 
@@ -340,51 +357,6 @@ fn system_roots() -> Result<RootCertStore, TlsConfigError> {
     Ok(roots)
 }
 
-/// Accepts any server certificate, but still checks that the handshake is signed by the
-/// key of the certificate presented (so the connection is at least not trivially broken).
-#[derive(Debug)]
-struct NoVerification {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        // No trust decision, but a weak key is refused here too (with a clear message,
-        // instead of ring's `BadSignature` on the handshake).
-        check_key_sizes(end_entity, intermediates)?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,7 +412,8 @@ mod tests {
         assert!(text.contains("intermediate CA certificate"), "{text}");
         check_key_sizes(&der(RSA_2048), &[der(EC_P256)]).unwrap();
         // --vc-insecure refuses weak keys too.
-        let insecure = NoVerification {
+        let insecure = StrongKeys {
+            then: Then::Anything,
             algorithms: provider().signature_verification_algorithms,
         };
         let name = ServerName::try_from("vc").unwrap();
@@ -453,8 +426,8 @@ mod tests {
 
     #[test]
     fn a_thumbprint_pins_the_leaf_and_a_mismatch_names_both() {
-        let pinned = tls_thumbprint::Pinned {
-            expected: tls_thumbprint::parse(RSA_2048_SHA1).unwrap(),
+        let pinned = StrongKeys {
+            then: Then::Pinned(tls_thumbprint::parse(RSA_2048_SHA1).unwrap()),
             algorithms: provider().signature_verification_algorithms,
         };
         let name = ServerName::try_from("any-name").unwrap();
@@ -468,8 +441,8 @@ mod tests {
         assert!(err.contains(&format!("expected {RSA_2048_SHA1}")), "{err}");
         assert!(err.contains("presented "), "{err}");
         // SHA-256 thumbprints pin too.
-        let sha256 = tls_thumbprint::Pinned {
-            expected: tls_thumbprint::parse("6F:55:97:E3:15:D8:3E:44:A6:D0:F3:4D:D9:D6:49:13:25:D1:5C:32:64:AE:EC:1C:0B:2D:C1:D5:7E:1E:25:3E").unwrap(),
+        let sha256 = StrongKeys {
+            then: Then::Pinned(tls_thumbprint::parse("6F:55:97:E3:15:D8:3E:44:A6:D0:F3:4D:D9:D6:49:13:25:D1:5C:32:64:AE:EC:1C:0B:2D:C1:D5:7E:1E:25:3E").unwrap()),
             algorithms: provider().signature_verification_algorithms,
         };
         sha256

@@ -7,10 +7,8 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::client::danger::ServerCertVerified;
+use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 
 /// Parses `AA:BB:...` (any case; colons optional): 20 bytes (SHA-1) or 32 (SHA-256).
@@ -44,13 +42,6 @@ fn thumbprint_of(cert: &[u8], like: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Refuses every server certificate but the pinned one (after the key-size check).
-#[derive(Debug)]
-pub(crate) struct Pinned {
-    pub(crate) expected: Vec<u8>,
-    pub(crate) algorithms: WebPkiSupportedAlgorithms,
-}
-
 /// A certificate whose thumbprint is not the configured one. Its `Debug` is its message:
 /// rustls shows `CertificateError::Other` with `Debug`.
 struct Mismatch {
@@ -76,49 +67,22 @@ impl std::fmt::Display for Mismatch {
 
 impl std::error::Error for Mismatch {}
 
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        super::check_key_sizes(end_entity, intermediates)?;
-        let actual = thumbprint_of(end_entity.as_ref(), &self.expected);
-        if actual == self.expected {
-            return Ok(ServerCertVerified::assertion());
-        }
-        Err(rustls::Error::InvalidCertificate(
-            rustls::CertificateError::Other(rustls::OtherError(Arc::new(Mismatch {
-                expected: format(&self.expected),
-                actual: format(&actual),
-            }))),
-        ))
+/// Trusts `end_entity` only if its thumbprint is `expected` (the key sizes were checked
+/// before); a mismatch names both thumbprints.
+pub(crate) fn verify(
+    expected: &[u8],
+    end_entity: &CertificateDer<'_>,
+) -> Result<ServerCertVerified, rustls::Error> {
+    let actual = thumbprint_of(end_entity.as_ref(), expected);
+    if actual == expected {
+        return Ok(ServerCertVerified::assertion());
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    Err(rustls::Error::InvalidCertificate(
+        rustls::CertificateError::Other(rustls::OtherError(Arc::new(Mismatch {
+            expected: format(expected),
+            actual: format(&actual),
+        }))),
+    ))
 }
 
 /// SHA-1, only for thumbprints (the driver's `csi-vsphere.conf` format), from the ring
