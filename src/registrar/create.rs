@@ -10,7 +10,6 @@ use super::{
     HeldSlot, Lane, RegisterError, Registrar, Slot, StatusUpdate, StoreError, StoreErrorKind,
     Version, choose_adoptee, stages,
 };
-use crate::backend::selection::date_volumes_of_one_disk;
 use crate::backend::{CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
 use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
@@ -47,13 +46,7 @@ impl Registrar {
             token: token.clone(),
         };
         let look = async {
-            let found = self
-                .call_held(path, held, Lane::Started, || async {
-                    let mut found = self.backend.find_volumes(&step.request.name, path).await?;
-                    date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
-                    Ok(found)
-                })
-                .await;
+            let found = self.look(path, &step.request.name, held).await;
             (found, Instant::now())
         };
         let save = async {

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
-use crate::backend::{ErrorClass, VolumeId};
+use crate::backend::{CnsVolume, ErrorClass, VolumeId};
 use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
 
@@ -265,13 +265,7 @@ impl Registrar {
         loop {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.
-            let existing = self
-                .call_held(path, held, Lane::Started, || async {
-                    let mut found = self.backend.find_volumes(&request.name, path).await?;
-                    date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
-                    Ok(found)
-                })
-                .await?;
+            let existing = self.look(path, &request.name, held).await?;
             if let Some(volume) = choose_adoptee(&existing, &request.name) {
                 return self
                     .adopt(path, volume.id.clone(), disk_uuid, attempts, version, held)
@@ -328,6 +322,22 @@ impl Registrar {
         }
     }
 
+    /// The volumes of `path` under volmig's `name` or its backing disk, duplicates dated
+    /// (the look before every create, docs/design.md §4.3), under the slot in `held`.
+    pub(super) async fn look(
+        &self,
+        path: &VolumePath,
+        name: &str,
+        held: &mut HeldSlot,
+    ) -> Result<Vec<CnsVolume>, RegisterError> {
+        self.call_held(path, held, Lane::Started, || async {
+            let mut found = self.backend.find_volumes(name, path).await?;
+            date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
+            Ok(found)
+        })
+        .await
+    }
+
     /// One look at CNS without a write-ahead: adopts a volume of the path if there is one,
     /// else fails with `not_registrar` (volmig may not create now).
     async fn look_only(
@@ -338,13 +348,7 @@ impl Registrar {
         not_registrar: RegisterError,
     ) -> Result<Attempt, RegisterError> {
         let path = step.path;
-        let existing = self
-            .call_held(path, held, Lane::Started, || async {
-                let mut found = self.backend.find_volumes(&step.request.name, path).await?;
-                date_volumes_of_one_disk(self.backend.as_ref(), &mut found).await;
-                Ok(found)
-            })
-            .await?;
+        let existing = self.look(path, &step.request.name, held).await?;
         match choose_adoptee(&existing, &step.request.name) {
             Some(volume) => {
                 info!(%path, volume_id = %volume.id, "adopting the volume the CSI driver registered");
