@@ -349,6 +349,14 @@ fn reconcile_from(
     }
 }
 
+/// Schedules every cached VolumeMigration for a reconcile now.
+fn reconcile_all(cache: &MigrationCache, queue: &WorkQueue) {
+    cache
+        .names()
+        .iter()
+        .for_each(|name| queue.schedule_now(name));
+}
+
 /// Reconciles every cached object each time this replica becomes the leader (followers
 /// leave them alone).
 async fn reconcile_all_when_leading(
@@ -362,7 +370,7 @@ async fn reconcile_all_when_leading(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             next = gained.next() => match next {
-                Some(()) => cache.names().iter().for_each(|name| queue.schedule_now(name)),
+                Some(()) => reconcile_all(&cache, &queue),
                 None => return,
             },
         }
@@ -375,12 +383,7 @@ fn driver_events(cache: &Arc<MigrationCache>, queue: &WorkQueue) -> driver::Driv
     let (all_cache, all_queue) = (cache.clone(), queue.clone());
     let one_queue = queue.clone();
     driver::DriverEvents {
-        on_served: Some(Box::new(move || {
-            all_cache
-                .names()
-                .iter()
-                .for_each(|name| all_queue.schedule_now(name));
-        })),
+        on_served: Some(Box::new(move || reconcile_all(&all_cache, &all_queue))),
         on_deleted: Some(Box::new(move |path| {
             one_queue.schedule_now(&path.object_name());
         })),

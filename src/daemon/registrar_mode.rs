@@ -38,10 +38,7 @@ pub(super) fn start(
     let on_change = move |mode: &RegistrarMode| {
         metrics.set_registrar_mode(mode.label());
         if *mode == RegistrarMode::Own {
-            cache
-                .names()
-                .iter()
-                .for_each(|name| queue.schedule_now(name));
+            super::reconcile_all(&cache, &queue);
         }
     };
     let task = tokio::spawn(
