@@ -13,6 +13,8 @@
     reason = "test code: failures should panic"
 )]
 
+#[path = "support/driver_registration.rs"]
+mod driver_registration;
 #[path = "support/e2e.rs"]
 mod e2e;
 #[path = "e2e_driver_cache/informer.rs"]
@@ -23,13 +25,14 @@ mod vcsim;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use driver_registration::driver_registers;
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use informer::DriverInformer;
 use kube::api::{Api, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
-use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
+use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
 
 /// The driver's cache as the driver builds it: raw volume path → volume ID.
 async fn driver_cache(cluster: &Cluster) -> BTreeMap<String, (String, bool)> {
@@ -46,35 +49,6 @@ async fn driver_cache(cluster: &Cluster) -> BTreeMap<String, (String, bool)> {
             )
         })
         .collect()
-}
-
-/// What the driver does on a cache miss: register with a random name, write its object.
-async fn driver_registers(cluster: &Cluster, sim: &Vcsim, raw: &str, name: &str) -> String {
-    let file = raw.split_once("] ").unwrap().1;
-    let id = sim
-        .soap()
-        .await
-        .create_volume(
-            name,
-            &sim.datacenter,
-            &sim.datastores[0].name,
-            file,
-            "e2e-cluster",
-        )
-        .await;
-    let object = CnsVSphereVolumeMigration::new(
-        &id,
-        CnsVSphereVolumeMigrationSpec {
-            volumepath: raw.to_owned(),
-            volumeid: id.clone(),
-            protectvolumefromvmdelete: false,
-        },
-    );
-    Api::<CnsVSphereVolumeMigration>::all(cluster.client.clone())
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("the driver writes its object");
-    id
 }
 
 fn canonical(raw: &str) -> String {

@@ -10,6 +10,8 @@
     reason = "test code: failures should panic"
 )]
 
+#[path = "support/driver_registration.rs"]
+mod driver_registration;
 #[path = "support/e2e.rs"]
 mod e2e;
 #[path = "support/vcsim.rs"]
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use driver_registration::driver_registers;
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -27,7 +30,6 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
-use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
 
 const DRIVER_NAMESPACE: &str = "vmware-system-csi";
 const SYNCER_HOLDER: &str = "vsphere-csi-controller-5d9c7-x2x8q";
@@ -124,33 +126,9 @@ async fn follows_a_leading_driver_syncer_then_registers_when_it_stops() {
 
     // The syncer registers two vmdks under names of its own and writes its cache object
     // named by the ID; volmig adopts them.
-    let soap = sim.soap().await;
-    let objects: Api<CnsVSphereVolumeMigration> = Api::all(cluster.client.clone());
     let mut theirs = Vec::new();
     for (n, path) in paths.iter().take(2).enumerate() {
-        let file = path.split_once("] ").unwrap().1;
-        let id = soap
-            .create_volume(
-                &format!("pvc-driver-{n}"),
-                &sim.datacenter,
-                &sim.datastores[0].name,
-                file,
-                "e2e-cluster",
-            )
-            .await;
-        let object = CnsVSphereVolumeMigration::new(
-            &id,
-            CnsVSphereVolumeMigrationSpec {
-                volumepath: path.clone(),
-                volumeid: id.clone(),
-                protectvolumefromvmdelete: false,
-            },
-        );
-        objects
-            .create(&PostParams::default(), &object)
-            .await
-            .expect("the driver's object");
-        theirs.push(id);
+        theirs.push(driver_registers(&cluster, &sim, path, &format!("pvc-driver-{n}")).await);
     }
     for (path, id) in paths.iter().zip(&theirs) {
         let vm = wait_for(
