@@ -8,11 +8,10 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 
-use crate::backend::cns::{CnsBackend, CnsConfig, CnsOptions, Password};
+use crate::backend::cns::{CnsBackend, Password};
 use crate::backend::{BackendError, VolumeBackend as _, VolumeId};
-use crate::k8s::driver_cache::CnsVSphereVolumeMigration;
 use crate::vcenter_config::VcenterSettings;
 use crate::volume_path::VolumePath;
 
@@ -71,24 +70,19 @@ pub async fn connect(
     password: Password,
     request_timeout: std::time::Duration,
 ) -> Result<CnsBackend, BackendError> {
-    let mut config = CnsConfig::new(settings.url.clone(), username, password);
+    let (mut config, options) = crate::daemon::cns_connection(settings, username, password);
     config.user_agent = crate::k8s::client::user_agent("volmig-check");
-    config.ca_file = settings.ca_file.clone();
-    config.insecure = settings.insecure;
-    config.datacenters = settings.datacenters.clone();
     config.request_timeout = request_timeout;
-    let options = CnsOptions {
-        cluster_distribution: settings.cluster_distribution.clone().unwrap_or_default(),
-    };
     CnsBackend::connect_with(config, options).await
 }
 
 /// How `settings` trusts vCenter's certificate.
 pub fn trust(settings: &VcenterSettings) -> Trust {
-    match (&settings.ca_file, settings.insecure) {
-        (Some(path), _) => Trust::CaFile(path.clone()),
-        (None, true) => Trust::Insecure,
-        (None, false) => Trust::SystemRoots,
+    match (&settings.ca_file, settings.insecure, &settings.thumbprint) {
+        (Some(path), _, _) => Trust::CaFile(path.clone()),
+        (None, true, _) => Trust::Insecure,
+        (None, false, Some(thumbprint)) => Trust::Thumbprint(thumbprint.clone()),
+        (None, false, None) => Trust::SystemRoots,
     }
 }
 
@@ -116,12 +110,9 @@ pub async fn resolve_datastores(
 
 /// Whether the driver's CRD is served: a list of at most one object (404: not served).
 pub async fn driver_crd_served(client: &kube::Client) -> Result<bool, String> {
-    let api: Api<CnsVSphereVolumeMigration> = Api::all(client.clone());
-    match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(e) => Err(crate::error_chain(&e)),
-    }
+    crate::k8s::driver_cache::crd_served(client)
+        .await
+        .map_err(|e| crate::error_chain(&e))
 }
 
 /// Asks the API server whether this identity has each permission (one

@@ -31,6 +31,8 @@ pub enum Trust {
     SystemRoots,
     /// No verification.
     Insecure,
+    /// Only the certificate with this thumbprint (`thumbprint` of `csi-vsphere.conf`).
+    Thumbprint(String),
 }
 
 impl Trust {
@@ -39,6 +41,9 @@ impl Trust {
             Trust::CaFile(path) => format!("the CA file {}", path.display()),
             Trust::SystemRoots => "the system roots".to_owned(),
             Trust::Insecure => "nothing (--vc-insecure)".to_owned(),
+            Trust::Thumbprint(thumbprint) => {
+                format!("the certificate pinned by thumbprint {thumbprint}")
+            }
         }
     }
 }

@@ -35,6 +35,19 @@ fn a_good_connect_passes_tls_login_and_version_naming_the_ca_file() {
 }
 
 #[test]
+fn a_pinned_thumbprint_is_named_as_the_trust() {
+    let version = VcenterVersion::from_strings("8.0.3", "8.0.3.0");
+    let trust = Trust::Thumbprint("AF:F2:33".to_owned());
+    let (checks, usable) = connect_checks(URL, "admin", &trust, Ok(&version));
+    assert!(usable);
+    assert!(
+        checks[0].detail.contains("pinned by thumbprint AF:F2:33"),
+        "{}",
+        checks[0].detail
+    );
+}
+
+#[test]
 fn insecure_is_a_warning() {
     let version = VcenterVersion::from_strings("7.0.0", "7.0.0.0");
     let (checks, _) = connect_checks(URL, "u", &Trust::Insecure, Ok(&version));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use futures::StreamExt;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
@@ -19,13 +19,9 @@ use crate::volume_path::VolumePath;
 
 /// True when the API server serves `cnsvspherevolumemigrations.cns.vmware.com`.
 pub async fn crd_served(client: &kube::Client) -> anyhow::Result<bool> {
-    let api: Api<CnsVSphereVolumeMigration> = Api::all(client.clone());
-    match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e)
-            .context("checking whether the CSI driver's CnsVSphereVolumeMigration CRD is served"),
-    }
+    crate::k8s::driver_cache::crd_served(client)
+        .await
+        .context("checking whether the CSI driver's CnsVSphereVolumeMigration CRD is served")
 }
 
 /// Called when the CRD becomes served.

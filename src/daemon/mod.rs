@@ -44,6 +44,25 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 pub use crate::k8s::client::{kube_client, kube_client_as, user_agent};
 pub use dry_run::run_once as dry_run_once;
 
+/// The CNS backend's connection for `settings` with these credentials: URL, trust (CA
+/// file, insecure, thumbprint), datacenters and cluster distribution. One place for
+/// `volmig run` and `volmig check`, so the preflight connects exactly as the daemon does.
+pub(crate) fn cns_connection(
+    settings: &crate::vcenter_config::VcenterSettings,
+    username: impl Into<String>,
+    password: impl Into<crate::backend::cns::Password>,
+) -> (CnsConfig, CnsOptions) {
+    let mut config = CnsConfig::new(settings.url.clone(), username, password);
+    config.ca_file = settings.ca_file.clone();
+    config.insecure = settings.insecure;
+    config.thumbprint = settings.thumbprint.clone();
+    config.datacenters = settings.datacenters.clone();
+    let options = CnsOptions {
+        cluster_distribution: settings.cluster_distribution.clone().unwrap_or_default(),
+    };
+    (config, options)
+}
+
 fn cns_backend(
     args: &RunArgs,
     metrics: &Metrics,
@@ -62,18 +81,11 @@ fn cns_backend(
         credentials = %source.describe(),
         "vCenter configuration"
     );
-    let mut template = CnsConfig::new(settings.url.clone(), first.username, first.password);
+    let (mut template, options) = cns_connection(&settings, first.username, first.password);
     template.user_agent = user_agent(holder_id);
-    template.ca_file = settings.ca_file.clone();
-    template.insecure = settings.insecure;
-    template.thumbprint = settings.thumbprint.clone();
-    template.datacenters = settings.datacenters.clone();
     template.request_timeout = args.vc_request_timeout;
     template.task_timeout = args.vc_task_timeout;
     let probe = crate::credentials::VersionProbe::new(source.clone(), Duration::from_secs(1));
-    let options = CnsOptions {
-        cluster_distribution: settings.cluster_distribution.clone().unwrap_or_default(),
-    };
     let connect = move || {
         let mut config = template.clone();
         let options = options.clone();

@@ -48,6 +48,20 @@ pub struct CnsVSphereVolumeMigrationSpec {
     pub protectvolumefromvmdelete: bool,
 }
 
+/// True when the API server serves the driver's CRD: a list of at most one object's
+/// metadata (404: not served).
+pub async fn crd_served(client: &kube::Client) -> kube::Result<bool> {
+    let api: Api<CnsVSphereVolumeMigration> = Api::all(client.clone());
+    match api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The driver's CRD as YAML (`volmig crd --driver`; the chart's `driverCache.installCrd`).
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
     serde_saphyr::to_string(&CnsVSphereVolumeMigration::crd())
