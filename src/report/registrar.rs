@@ -14,7 +14,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use serde::Serialize;
 
-use crate::syncer_lease::{DEFAULT_SYNCER_LEASE_DURATION, SyncerLeaseConfig, VOLMIG_HOLDER_PREFIX};
+use crate::syncer_lease::{SyncerLeaseConfig, VOLMIG_HOLDER_PREFIX, lease_duration};
 
 /// The fields of the syncer's Lease the decision reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,11 +156,7 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
         }
         SyncerLeaseRead::Found(lease) => lease,
     };
-    let seconds = lease
-        .lease_duration_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .filter(|s| *s > 0)
-        .unwrap_or(DEFAULT_SYNCER_LEASE_DURATION.as_secs());
+    let seconds = lease_duration(lease.lease_duration_seconds).as_secs();
     registrar.lease_duration_seconds = Some(seconds);
     registrar.renew_time = lease.renew_time;
     let Some(holder) = lease.holder_identity.as_deref().filter(|h| !h.is_empty()) else {

@@ -32,6 +32,15 @@ pub const VOLMIG_HOLDER_PREFIX: &str = "volmig/";
 /// `--leader-election-lease-duration=30s`).
 pub const DEFAULT_SYNCER_LEASE_DURATION: Duration = Duration::from_secs(30);
 
+/// The duration a Lease's `leaseDurationSeconds` gives: [`DEFAULT_SYNCER_LEASE_DURATION`]
+/// when it names none, or none that is positive.
+pub fn lease_duration(seconds: Option<i32>) -> Duration {
+    seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_SYNCER_LEASE_DURATION, Duration::from_secs)
+}
+
 /// Where the driver's syncer leads from (`--driver-namespace`, `--driver-syncer-lease`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncerLeaseConfig {
@@ -126,11 +135,7 @@ impl SyncerObserver {
         if unchanged {
             return;
         }
-        let duration = spec
-            .lease_duration_seconds
-            .and_then(|s| u64::try_from(s).ok())
-            .filter(|s| *s > 0)
-            .map_or(DEFAULT_SYNCER_LEASE_DURATION, Duration::from_secs);
+        let duration = lease_duration(spec.lease_duration_seconds);
         self.seen = Some(Seen {
             holder: holder.to_owned(),
             renew_time,
