@@ -7,7 +7,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::watch_object;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -24,14 +24,12 @@ pub async fn watch_syncer_lease(
     shutdown: CancellationToken,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let selector = format!("metadata.name={}", config.lease_name);
-    let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector))
+    let mut stream = watch_object(api, &config.lease_name)
         .default_backoff()
         .boxed();
     let lease = format!("{}/{}", config.namespace, config.lease_name);
     let lock = || observer.lock().unwrap_or_else(PoisonError::into_inner);
     let mut reported = RegistrarMode::Unknown;
-    let mut in_list: Option<Option<Lease>> = None;
     loop {
         let expiry = lock().expires_at().filter(|at| *at > Instant::now());
         let next = tokio::select! {
@@ -42,19 +40,14 @@ pub async fn watch_syncer_lease(
                 Some(next) => Some(next),
             },
         };
-        let now = Instant::now();
         match next {
             None => {}
             Some(Err(e)) => warn!(%lease, error = %e,
                 "cannot read the CSI driver's syncer Lease; until it is read volmig creates no CNS volume (RBAC: get/list/watch on this Lease)"),
-            Some(Ok(Event::Init)) => in_list = Some(None),
-            Some(Ok(Event::InitApply(found))) => in_list = Some(Some(found)),
-            Some(Ok(Event::InitDone)) => {
-                let found = in_list.take().flatten();
-                lock().on_lease(found.as_ref().and_then(|l| l.spec.as_ref()), now);
+            // The Lease as it is now; `None`: it does not exist (or was deleted).
+            Some(Ok(found)) => {
+                lock().on_lease(found.as_ref().and_then(|l| l.spec.as_ref()), Instant::now())
             }
-            Some(Ok(Event::Apply(found))) => lock().on_lease(found.spec.as_ref(), now),
-            Some(Ok(Event::Delete(_))) => lock().on_lease(None, now),
         }
         let mode = lock().mode(Instant::now());
         if mode != reported {

@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::watch_object;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -143,9 +144,9 @@ pub async fn start(
         .ok_or_else(|| anyhow::anyhow!("--csi-config-secret {secret} has no key {KEY}"))?;
     let conf = install(SecretConf::new(secret.clone(), Some(text)));
     let store = conf.clone();
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
+    let name = secret.name.clone();
     tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut events = std::pin::pin!(watch_object(api, &name).default_backoff());
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -153,7 +154,7 @@ pub async fn start(
             };
             match event {
                 None => return,
-                Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
+                Some(Ok(Some(s))) => {
                     let next = conf_of(&s);
                     if next.is_none() {
                         warn!(secret = %store.secret(), "CSI config Secret has no key {KEY}");
@@ -162,11 +163,10 @@ pub async fn start(
                     }
                     store.set(next);
                 }
-                Some(Ok(watcher::Event::Delete(_))) => {
+                Some(Ok(None)) => {
                     warn!(secret = %store.secret(), "CSI config Secret deleted; vCenter logins will fail until it is back");
                     store.set(None);
                 }
-                Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     warn!(secret = %store.secret(), error = %e, "watching the CSI config Secret")
                 }
