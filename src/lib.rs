@@ -11,13 +11,12 @@
 //! - [`k8s`]: Kubernetes adapters (the one status writer, VolumeMigration objects, Events,
 //!   clients);
 //! - [`syncer_lease`]: who registers now, volmig or the CSI driver's syncer (follow/own);
-//! - infrastructure: [`leader`] (Lease election), [`http`] and [`metrics`], [`backoff`],
+//! - infrastructure: [`leader`] (Lease election), [`http`] and [`metrics`], [`requeue`],
 //!   [`credentials`];
 //! - entry points: [`cli`], [`daemon`] (`volmig run`), [`lookup`].
 
 pub mod api;
 pub mod backend;
-pub mod backoff;
 pub mod check;
 pub mod cli;
 pub mod compact_text;
@@ -32,6 +31,7 @@ pub mod metrics;
 pub mod path_intern;
 pub mod registrar;
 pub mod report;
+pub mod requeue;
 pub mod syncer_lease;
 pub mod vcenter_config;
 pub mod volume_path;

@@ -122,7 +122,7 @@ fn main() -> ExitCode {
             let result = runtime().map_err(anyhow::Error::from).and_then(|rt| {
                 rt.block_on(async {
                     let client = volmig::daemon::kube_client(&args.kube).await?;
-                    Ok(volmig::report::run(client, &args).await?)
+                    Ok(volmig::report::run(client, &args.options()).await?)
                 })
             });
             print_rendered(result)

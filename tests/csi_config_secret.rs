@@ -167,6 +167,66 @@ async fn the_drivers_secret_is_read_through_the_api_and_a_rotation_needs_no_rest
     assert_eq!(sim.volumes().await.len(), 6, "one CNS volume per vmdk");
     let log = daemon.log_text();
     assert!(!log.contains("r0tated"), "the password is in the log");
+
+    // The preflight and the one-shot dry run read the same Secret through the API, with the
+    // daemon's identity, and log in with the rotated password.
+    let secret_flag = format!("{NAMESPACE}/{SECRET}");
+    let kubeconfig = cluster.daemon_kubeconfig.display().to_string();
+    let mut base = vec![
+        "--kubeconfig".to_owned(),
+        kubeconfig,
+        "--csi-config-secret".to_owned(),
+        secret_flag,
+    ];
+    if let Some(ca) = &sim.cert {
+        base.extend(["--vc-ca-file".to_owned(), ca.display().to_string()]);
+    }
+    let run = |args: Vec<String>| {
+        let out = std::process::Command::new(e2e::volmig_bin())
+            .args(e2e::compat_args(args))
+            .env_remove("VOLMIG_VC_USERNAME")
+            .env_remove("VOLMIG_VC_PASSWORD")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run volmig");
+        let text = format!(
+            "{}\n--- stderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let mut check = vec!["check".to_owned(), "--output=json".to_owned()];
+    check.extend(base.iter().cloned());
+    let (_, text) = run(check);
+    let json: serde_json::Value =
+        serde_json::from_str(text.split("\n--- stderr:").next().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {text}"));
+    for name in ["vCenter TLS", "vCenter login"] {
+        let line = json["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+            })
+            .unwrap_or_else(|| panic!("no {name} line: {text}"));
+        assert_eq!(line["ok"], true, "{name}: {text}");
+    }
+    let mut once = vec![
+        "run".to_owned(),
+        "--dry-run".to_owned(),
+        "--once".to_owned(),
+    ];
+    once.extend(base);
+    let (code, text) = run(once);
+    assert_eq!(
+        code,
+        Some(0),
+        "every path Registered: nothing to do\n{text}"
+    );
 }
 
 /// Replaces `path` the way the kubelet updates a mounted Secret: a new file renamed over.

@@ -3,8 +3,9 @@
 //! driver registered, and protects the disks. A test-side *driver informer* builds the
 //! driver's cache the way the driver does: from ADDED and DELETED watch events only (raw
 //! `spec.volumepath` → `spec.volumeid`; a change in place is never seen), so volmig must
-//! never change an object in place. A test-side *driver registrar* registers on a miss the
-//! way the driver does (random CNS name, then its object). Real `volmig` binary, the API
+//! never change an object in place. The driver's registration on a miss comes from the
+//! CSI driver double (tests/support/csi_driver/, not leading, so volmig owns registration),
+//! placed at chosen moments: random CNS name, then its object named by the ID. Real `volmig` binary, the API
 //! test server and the simulator harness.
 
 #![allow(
@@ -13,8 +14,8 @@
     reason = "test code: failures should panic"
 )]
 
-#[path = "support/driver_registration.rs"]
-mod driver_registration;
+#[path = "support/csi_driver/mod.rs"]
+mod csi_driver;
 #[path = "support/e2e.rs"]
 mod e2e;
 #[path = "e2e_driver_cache/informer.rs"]
@@ -25,7 +26,7 @@ mod vcsim;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use driver_registration::driver_registers;
+use csi_driver::{CsiDriverDouble, DriverOptions};
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use informer::DriverInformer;
 use kube::api::{Api, ListParams, PostParams};
@@ -126,10 +127,20 @@ async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
     let informer = DriverInformer::start(&cluster).await;
+    // The driver, not leading: its registrations are placed by the test.
+    let driver = CsiDriverDouble::start(
+        &cluster,
+        &sim,
+        DriverOptions {
+            lead: false,
+            ..DriverOptions::default()
+        },
+    )
+    .await;
 
     // Ordering 1: the driver registered before volmig ever ran.
     let before = sim.vmdk_path("kubevols", 1);
-    let drivers_before = driver_registers(&cluster, &sim, &before, "pvc-driver-1").await;
+    let drivers_before = driver.register_on_miss(&before).await;
     cluster.create_pv("pv-1", &before).await;
     sim.reset_stats().await;
     let _daemon = Daemon::spawn(&cluster, &sim, "adopter", &[]);
@@ -137,7 +148,7 @@ async fn the_drivers_registration_is_adopted_never_duplicated_or_deleted() {
     // Ordering 2: the driver registers while volmig runs, right as the PV appears.
     let racing = sim.vmdk_path("kubevols", 2);
     cluster.create_pv("pv-2", &racing).await;
-    let drivers_racing = driver_registers(&cluster, &sim, &racing, "pvc-driver-2").await;
+    let drivers_racing = driver.register_on_miss(&racing).await;
 
     // Ordering 3: volmig alone (the driver hits the cache volmig publishes).
     let alone = sim.vmdk_path("kubevols", 3);
@@ -295,6 +306,16 @@ async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remai
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
     let informer = DriverInformer::start(&cluster).await;
+    // The driver, not leading: its registrations are placed by the test.
+    let driver = CsiDriverDouble::start(
+        &cluster,
+        &sim,
+        DriverOptions {
+            lead: false,
+            ..DriverOptions::default()
+        },
+    )
+    .await;
     let raw = sim.vmdk_path("kubevols", 1);
     cluster.create_pv("pv-1", &raw).await;
     let _daemon = Daemon::spawn(&cluster, &sim, "first", &["--full-sync-interval", "2s"]);
@@ -306,7 +327,7 @@ async fn when_the_driver_registers_after_volmig_its_id_wins_and_one_object_remai
     })
     .await;
 
-    let drivers = driver_registers(&cluster, &sim, &raw, "pvc-driver-late").await;
+    let drivers = driver.register_on_miss(&raw).await;
     wait_for(Duration::from_secs(60), "the driver's ID wins", || async {
         let vm = cluster.migration(&canonical(&raw)).await?;
         let dups = vm.status.clone()?.duplicate_volume_ids.unwrap_or_default();

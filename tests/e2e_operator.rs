@@ -238,6 +238,56 @@ async fn failed_path_registers_when_its_vmdk_appears() {
     println!("Failed (DiskNotFound) → Registered by full sync once the vmdk appeared, no restart");
 }
 
+/// One vmdk's story can be followed in JSON logs: every line a reconcile writes (the
+/// registrar's, the CNS backend's, publishing's) carries the `vmdk` span with the path and
+/// the VolumeMigration's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_line_of_a_registration_names_its_vmdk() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let cluster = Cluster::start().await;
+    let paths: Vec<String> = (1..=2).map(|n| sim.vmdk_path("kubevols", n)).collect();
+    for (n, path) in paths.iter().enumerate() {
+        cluster.create_pv(&format!("pv-{n}"), path).await;
+    }
+    let daemon = Daemon::spawn(
+        &cluster,
+        &sim,
+        "span-json",
+        &["--log-format", "json", "--driver-syncer-lease", ""],
+    );
+    daemon.wait_ready().await;
+    for path in &paths {
+        registered_within(&cluster, path, Duration::from_secs(60), "Registered").await;
+    }
+    let lines: Vec<serde_json::Value> = daemon
+        .log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for path in &paths {
+        let canonical = canonical(path);
+        let object = volmig::VolumePath::parse(path).unwrap().object_name();
+        let created: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter(|l| {
+                l["fields"]["message"] == "CNS volume created"
+                    && l["fields"]["path"].as_str() == Some(canonical.as_str())
+            })
+            .collect();
+        assert_eq!(created.len(), 1, "one create logged for {path}");
+        let span = &created[0]["span"];
+        let spans = created[0]["spans"].as_array().expect("the span list");
+        let vmdk = spans
+            .iter()
+            .find(|s| s["name"] == "vmdk")
+            .unwrap_or_else(|| {
+                panic!("the create of {path} is logged outside a vmdk span: {span}")
+            });
+        assert_eq!(vmdk["path"], canonical.as_str(), "{vmdk}");
+        assert_eq!(vmdk["object"], object.as_str(), "{vmdk}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_state_pass_makes_no_writes() {
     const N: usize = 1000;

@@ -10,68 +10,20 @@
     reason = "test code: failures should panic"
 )]
 
-#[path = "support/driver_registration.rs"]
-mod driver_registration;
+#[path = "support/csi_driver/mod.rs"]
+mod csi_driver;
 #[path = "support/e2e.rs"]
 mod e2e;
 #[path = "support/vcsim.rs"]
 mod vcsim;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use driver_registration::driver_registers;
+use csi_driver::{CsiDriverDouble, DriverOptions};
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
 use volmig::api::Phase;
-
-const DRIVER_NAMESPACE: &str = "vmware-system-csi";
-const SYNCER_HOLDER: &str = "vsphere-csi-controller-5d9c7-x2x8q";
-
-/// Plays the driver's syncer leading: creates its Lease (4 s) and renews it every second
-/// while `renewing` holds.
-async fn syncer_leads(cluster: &Cluster, renewing: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
-    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": DRIVER_NAMESPACE}}))
-            .unwrap();
-    let _ = namespaces.create(&PostParams::default(), &ns).await;
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), DRIVER_NAMESPACE);
-    let lease: Lease = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "vsphere-syncer"},
-        "spec": {
-            "holderIdentity": SYNCER_HOLDER,
-            "leaseDurationSeconds": 4,
-            "acquireTime": MicroTime(jiff::Timestamp::now()),
-            "renewTime": MicroTime(jiff::Timestamp::now()),
-        }
-    }))
-    .unwrap();
-    leases
-        .create(&PostParams::default(), &lease)
-        .await
-        .expect("the syncer's Lease");
-    tokio::spawn(async move {
-        while renewing.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let patch =
-                serde_json::json!({"spec": {"renewTime": MicroTime(jiff::Timestamp::now())}});
-            let _ = leases
-                .patch(
-                    "vsphere-syncer",
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await;
-        }
-    })
-}
 
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).unwrap().canonical()
@@ -82,10 +34,30 @@ async fn follows_a_leading_driver_syncer_then_registers_when_it_stops() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(6)).await;
     let cluster = Cluster::start().await;
     cluster.install_driver_crd().await;
-    let renewing = Arc::new(AtomicBool::new(true));
-    let renewer = syncer_leads(&cluster, renewing.clone()).await;
     let paths: Vec<String> = (1..=6).map(|n| sim.vmdk_path("kubevols", n)).collect();
-    for (n, path) in paths.iter().enumerate() {
+    // The driver's syncer leads (4 s Lease renewed every second); its first full sync
+    // registers the two PVs that exist, under names of its own, and writes its objects.
+    for (n, path) in paths.iter().take(2).enumerate() {
+        cluster.create_pv(&format!("pv-{n}"), path).await;
+    }
+    let opts = DriverOptions {
+        // No second full sync during the test: the later PVs stay unregistered by it.
+        full_sync_interval: Duration::from_secs(600),
+        cleanup_interval: None,
+        ..DriverOptions::default()
+    };
+    let mut driver = CsiDriverDouble::start(&cluster, &sim, opts).await;
+    let cached = wait_for(
+        Duration::from_secs(30),
+        "the driver registers two",
+        || async {
+            let cache = driver.cache_snapshot();
+            (driver.is_leading() && cache.len() == 2).then_some(cache)
+        },
+    )
+    .await;
+    let theirs: Vec<String> = paths.iter().take(2).map(|p| cached[p].clone()).collect();
+    for (n, path) in paths.iter().enumerate().skip(2) {
         cluster.create_pv(&format!("pv-{n}"), path).await;
     }
 
@@ -110,26 +82,7 @@ async fn follows_a_leading_driver_syncer_then_registers_when_it_stops() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        sim.volumes().await.is_empty(),
-        "volmig created while the driver's syncer leads: {:?}",
-        sim.volumes().await
-    );
-    for path in &paths {
-        let vm = cluster.migration(&canonical(path)).await;
-        assert!(
-            vm.as_ref().and_then(phase) != Some(Phase::Registering),
-            "no write-ahead while following: {vm:?}"
-        );
-    }
-
-    // The syncer registers two vmdks under names of its own and writes its cache object
-    // named by the ID; volmig adopts them.
-    let mut theirs = Vec::new();
-    for (n, path) in paths.iter().take(2).enumerate() {
-        theirs.push(driver_registers(&cluster, &sim, path, &format!("pvc-driver-{n}")).await);
-    }
+    // volmig adopts what the syncer registered.
     for (path, id) in paths.iter().zip(&theirs) {
         let vm = wait_for(
             Duration::from_secs(60),
@@ -144,11 +97,23 @@ async fn follows_a_leading_driver_syncer_then_registers_when_it_stops() {
         .await;
         assert_eq!(volume_id(&vm).as_deref(), Some(id.as_str()), "{path}");
     }
-    assert_eq!(sim.volumes().await.len(), 2, "still no create by volmig");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        sim.volumes().await.len(),
+        2,
+        "volmig created while the driver's syncer leads: {:?}",
+        sim.volumes().await
+    );
+    for path in paths.iter().skip(2) {
+        let vm = cluster.migration(&canonical(path)).await;
+        assert!(
+            vm.as_ref().and_then(phase) != Some(Phase::Registering),
+            "no write-ahead while following: {vm:?}"
+        );
+    }
 
-    // The syncer stops renewing: after its 4 s lease volmig registers the rest.
-    renewing.store(false, Ordering::SeqCst);
-    renewer.await.unwrap();
+    // The syncer dies without releasing its Lease: after its 4 s volmig registers the rest.
+    driver.crash().await;
     wait_for(Duration::from_secs(60), "every path Registered", || async {
         let all = cluster.list_migrations().await;
         (all.len() == paths.len() && all.iter().all(|vm| phase(vm) == Some(Phase::Registered)))

@@ -181,6 +181,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--publish-driver-cache=auto",
             "--driver-namespace=vmware-system-csi",
             "--driver-syncer-lease=vsphere-syncer",
+            "--driver-deployment=vsphere-csi-controller",
             "--on-pv-delete=unregister",
             "--leader-election=true",
             "--lease-namespace=volmig",

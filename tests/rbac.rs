@@ -249,7 +249,8 @@ impl Workload {
 }
 
 /// Whether everything the full identity does has happened: `new` Registered, both
-/// mappings in the driver's cache, a `Registered` Event, the Lease held by the daemon.
+/// mappings in the driver's cache, a `Registered` Event, a `RegistrarModeChanged` Event on
+/// the driver syncer's Lease, the Lease held by the daemon.
 async fn converged(cluster: &Cluster, work: &Workload) -> bool {
     let registered = cluster
         .migration(&work.new)
@@ -264,7 +265,8 @@ async fn converged(cluster: &Cluster, work: &Workload) -> bool {
             paths.contains(&work.pre) && paths.contains(&work.new)
         })
         .unwrap_or(false);
-    let event = !cluster.events("Registered").await.is_empty();
+    let event = !cluster.events("Registered").await.is_empty()
+        && !cluster.events("RegistrarModeChanged").await.is_empty();
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "kube-system");
     let held = leases
         .get_opt("volmig")

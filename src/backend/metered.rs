@@ -9,10 +9,34 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{
-    CnsVolume, CreateVolumeRequest, Protection, Result, VolumeBackend, VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
+    VolumeId, VolumePage, op,
 };
 use crate::metrics::{BackendResult, Metrics};
 use crate::volume_path::VolumePath;
+
+/// The label value of an error class.
+impl From<ErrorClass> for BackendResult {
+    fn from(class: ErrorClass) -> Self {
+        match class {
+            ErrorClass::Transient => BackendResult::Transient,
+            ErrorClass::Permanent => BackendResult::Permanent,
+            ErrorClass::NotAuthenticated => BackendResult::NotAuthenticated,
+            ErrorClass::NotFound => BackendResult::NotFound,
+        }
+    }
+}
+
+impl BackendResult {
+    /// The class of a backend call's result (the backend owns the mapping of its error
+    /// classes to the metric's label values: metrics imports nothing from the backend).
+    pub fn of<T>(result: &Result<T, BackendError>) -> Self {
+        match result {
+            Ok(_) => BackendResult::Ok,
+            Err(e) => e.class.into(),
+        }
+    }
+}
 
 /// Wraps a backend and meters each call. A call that is cancelled (its future dropped)
 /// before it finishes is not recorded: it has no result.

@@ -87,7 +87,7 @@ pub fn syncer_check(registrar: &Registrar) -> Check {
         .unwrap_or_default();
     let detail = format!("{}{holder}: {}", registrar.mode, registrar.why);
     match registrar.mode {
-        Mode::Own | Mode::Follow => Check::pass(SYNCER, detail),
+        Mode::Own | Mode::Follow | Mode::Hold => Check::pass(SYNCER, detail),
         Mode::Unknown => Check::warn(
             SYNCER,
             detail,

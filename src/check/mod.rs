@@ -21,7 +21,7 @@ use crate::daemon::cluster_id;
 
 use crate::cli::RunArgs;
 use crate::report::Format;
-use crate::report::registrar::decide as decide_registrar;
+use crate::report::registrar::{decide as decide_registrar, with_deployment};
 
 pub use model::{Check, CheckReport};
 
@@ -42,7 +42,14 @@ pub async fn run(args: &RunArgs) -> CheckReport {
             .map_err(|e| crate::error_chain(&e)),
         Err(e) => Err(format!("{e:#}")),
     };
-    let settings = crate::vcenter_config::resolve(args);
+    // `--csi-config-secret` is read through the API, once, as the daemon reads it.
+    let flags = match &client {
+        Ok(client) => crate::daemon::vcenter_flags(client, args, None)
+            .await
+            .map_err(|e| crate::vcenter_config::SettingsError(format!("{e:#}"))),
+        Err(_) => Ok(crate::vcenter_config::VcenterFlags::from(args)),
+    };
+    let settings = flags.and_then(crate::vcenter_config::resolve);
     match &settings {
         Ok(settings) => checks.extend(vcenter_checks(args, settings, &pvs).await),
         Err(e) => {
@@ -88,10 +95,10 @@ pub async fn run(args: &RunArgs) -> CheckReport {
     ));
     let syncer = args.driver.syncer_lease();
     let lease = crate::report::fetch::read_syncer_lease(client.clone(), &syncer).await;
-    checks.push(cluster::syncer_check(&decide_registrar(
-        &syncer,
-        &lease,
-        jiff::Timestamp::now(),
+    let unelected = crate::report::fetch::read_unelected_syncer(client.clone(), &syncer).await;
+    checks.push(cluster::syncer_check(&with_deployment(
+        decide_registrar(&syncer, &lease, jiff::Timestamp::now()),
+        unelected,
     )));
     let scope = rbac::Scope {
         lease_namespace: args.lease_namespace.clone(),
@@ -99,6 +106,8 @@ pub async fn run(args: &RunArgs) -> CheckReport {
         leader_election: args.leader_election,
         driver_namespace: namespace.clone(),
         syncer_lease: args.driver.driver_syncer_lease.clone(),
+        driver_deployment: args.driver.driver_deployment.clone(),
+        hold_driver_syncer: args.hold_driver_syncer,
     };
     let reviews = probe::review(&client, rbac::required(&scope)).await;
     checks.extend(rbac::rbac_checks(&reviews));
@@ -116,7 +125,7 @@ async fn vcenter_checks(
     let credentials = settings.credentials.load();
     let (username, password) = match &credentials {
         Ok(c) => (c.username.clone(), c.password.clone()),
-        Err(_) => (String::new(), crate::backend::cns::Password::new("")),
+        Err(_) => (String::new(), crate::credentials::Password::new("")),
     };
     let connected = probe::connect(
         settings,

@@ -10,8 +10,9 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, PostParams};
 
-use crate::backend::cns::{CnsBackend, Password};
+use crate::backend::cns::CnsBackend;
 use crate::backend::{BackendError, VolumeBackend as _, VolumeId};
+use crate::credentials::Password;
 use crate::vcenter_config::VcenterSettings;
 use crate::volume_path::VolumePath;
 

@@ -80,6 +80,10 @@ pub struct Scope {
     pub driver_namespace: String,
     /// The driver syncer's Lease (empty: not followed).
     pub syncer_lease: String,
+    /// The driver's controller Deployment (empty: not looked at).
+    pub driver_deployment: String,
+    /// `--hold-driver-syncer`: volmig writes the syncer's Lease.
+    pub hold_driver_syncer: bool,
 }
 
 /// Namespace of volmig's Events (the chart's role-events.yaml: cluster-scoped objects'
@@ -183,6 +187,46 @@ pub fn required(scope: &Scope) -> Vec<Permission> {
             Some(scope.syncer_lease.as_str()),
             SYNCER,
         );
+        if scope.hold_driver_syncer {
+            add(
+                "coordination.k8s.io",
+                "leases",
+                "",
+                &["update", "patch"],
+                driver_ns,
+                Some(scope.syncer_lease.as_str()),
+                SYNCER,
+            );
+            add(
+                "coordination.k8s.io",
+                "leases",
+                "",
+                &["create"],
+                driver_ns,
+                None,
+                SYNCER,
+            );
+        }
+        add(
+            "events.k8s.io",
+            "events",
+            "",
+            &["create", "patch"],
+            driver_ns,
+            None,
+            SYNCER,
+        );
+        if !scope.driver_deployment.is_empty() {
+            add(
+                "apps",
+                "deployments",
+                "",
+                read,
+                driver_ns,
+                Some(scope.driver_deployment.as_str()),
+                SYNCER,
+            );
+        }
     }
     add(
         "events.k8s.io",
@@ -249,6 +293,8 @@ mod tests {
             leader_election: true,
             driver_namespace: "vmware-system-csi".to_owned(),
             syncer_lease: "vsphere-syncer".to_owned(),
+            driver_deployment: "vsphere-csi-controller".to_owned(),
+            hold_driver_syncer: false,
         }
     }
 
@@ -291,7 +337,37 @@ mod tests {
             Some("vsphere-csi-cluster-id")
         ));
         assert!(has("events", "", "patch", Some("default"), None));
-        assert_eq!(all.len(), 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2);
+        assert!(has(
+            "deployments",
+            "",
+            "watch",
+            Some("vmware-system-csi"),
+            Some("vsphere-csi-controller")
+        ));
+        assert!(has("events", "", "create", Some("vmware-system-csi"), None));
+        assert!(!all.iter().any(|p| p.resource == "leases"
+            && p.namespace.as_deref() == Some("vmware-system-csi")
+            && p.verb != "get"
+            && p.verb != "list"
+            && p.verb != "watch"));
+        assert_eq!(all.len(), 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2);
+    }
+
+    #[test]
+    fn holding_the_syncer_lease_needs_to_write_it() {
+        let mut scope = scope();
+        scope.hold_driver_syncer = true;
+        let all = required(&scope);
+        let writes = |verb: &str, name: Option<&str>| {
+            all.iter().any(|p| {
+                p.resource == "leases"
+                    && p.verb == verb
+                    && p.namespace.as_deref() == Some("vmware-system-csi")
+                    && p.name.as_deref() == name
+            })
+        };
+        assert!(writes("update", Some("vsphere-syncer")));
+        assert!(writes("create", None));
     }
 
     #[test]

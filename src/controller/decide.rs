@@ -8,8 +8,7 @@ use crate::k8s::status::retry_due_in;
 use crate::registrar::reason;
 use crate::volume_path::VolumePath;
 
-/// How soon to look again at an object whose deletion waits for a create in flight.
-pub const DELETION_WAIT: Duration = Duration::from_secs(5);
+use crate::requeue::DELETION_WAIT;
 
 /// What the reconciler read about one VolumeMigration.
 #[derive(Debug, Clone)]

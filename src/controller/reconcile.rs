@@ -5,8 +5,8 @@
 //! deleted by hand while PVs still use its path must be recreated once it is gone (docs/design.md
 //! §5.2), and a deletion must wait while a create may be in flight; the helper has neither.
 
+use crate::k8s::error_class::{KubeErrorClass, classify};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::controller::Action;
 use kube::api::{Patch, PatchParams};
@@ -22,8 +22,7 @@ use crate::k8s::status::StatusChange;
 use crate::registrar::RegisterError;
 use crate::volume_path::VolumePath;
 
-/// How soon to look again before the PV index holds every PV.
-const INDEX_WAIT: Duration = Duration::from_millis(500);
+use crate::requeue::{INDEX_WAIT, Requeue};
 
 /// Reconciles one VolumeMigration.
 pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Action> {
@@ -187,7 +186,7 @@ async fn set_finalizer(ctx: &Context, vm: &VolumeMigration, present: bool) -> Re
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
+        Err(e) if classify(&e) == KubeErrorClass::Gone && !present => Ok(()),
         Err(source) if present => Err(Error::AddFinalizer { name, source }),
         Err(source) => Err(Error::RemoveFinalizer { name, source }),
     }
@@ -265,11 +264,15 @@ async fn record_name_collision(
 pub fn error_policy(vm: Arc<VolumeMigration>, error: &Error, ctx: Arc<Context>) -> Action {
     let name = vm.metadata.name.as_deref().unwrap_or_default();
     ctx.metrics.reconcile_failure(error.metric_label());
-    if error.is_permanent() {
-        warn!(%name, error = %crate::error_chain(error), "reconcile failed; waiting for a change");
-        Action::await_change()
-    } else {
-        warn!(%name, error = %crate::error_chain(error), "reconcile failed; retrying");
-        Action::requeue(ctx.error_requeue)
+    match error.requeue() {
+        Requeue::AwaitChange => {
+            warn!(%name, error = %crate::error_chain(error), "reconcile failed; waiting for a change");
+            Action::await_change()
+        }
+        // The delay is the context's (tests shorten it); production sets ERROR_REQUEUE.
+        Requeue::After(_) => {
+            warn!(%name, error = %crate::error_chain(error), "reconcile failed; retrying");
+            Action::requeue(ctx.error_requeue)
+        }
     }
 }

@@ -46,8 +46,7 @@ impl WorkQueue {
     }
 }
 
-/// How long to wait before running a name again after its work panicked.
-pub const PANIC_REQUEUE: Duration = Duration::from_secs(5);
+use crate::requeue::PANIC_REQUEUE;
 
 #[derive(Default)]
 struct Schedule {

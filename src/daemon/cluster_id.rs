@@ -129,8 +129,12 @@ pub async fn read_driver_cluster_id(
 
 /// The cluster ID of this run: volmig's own configuration checked against the driver's
 /// ConfigMap in `--driver-namespace` ([`decide`]). Logged once.
-pub async fn resolve(client: &kube::Client, args: &RunArgs) -> anyhow::Result<String> {
-    let configured = crate::vcenter_config::resolve(args)?.cluster_id;
+pub async fn resolve(
+    client: &kube::Client,
+    args: &RunArgs,
+    vcenter: &crate::vcenter_config::VcenterFlags,
+) -> anyhow::Result<String> {
+    let configured = crate::vcenter_config::resolve(vcenter.clone())?.cluster_id;
     let driver = read_driver_cluster_id(client, &args.driver.driver_namespace).await?;
     let decided = decide(
         configured.as_ref(),

@@ -41,8 +41,9 @@ pub async fn run_once(args: RunArgs) -> anyhow::Result<crate::report::Rendered> 
     let client = super::kube_client_as(&args.kube, &super::user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let cluster_id = super::cluster_id::resolve(&client, &args).await?;
-    let backend = super::cns_backend(&args, &metrics, &holder_id)?;
+    let vcenter = super::vcenter_flags(&client, &args, None).await?;
+    let cluster_id = super::cluster_id::resolve(&client, &args, &vcenter).await?;
+    let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let driver = super::driver::start(&client, args.publish_driver_cache, shutdown.clone()).await;
     let pass = driver.map(|driver| DryRun {
         pvs: Api::all(client.clone()),
@@ -73,12 +74,13 @@ pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
         shutdown,
         http_task,
     } = super::start(&args, &holder_id, "no dry-run pass completed yet").await?;
-    let cluster_id = super::cluster_id::resolve(&client, &args).await?;
+    let vcenter = super::vcenter_flags(&client, &args, Some(shutdown.clone())).await?;
+    let cluster_id = super::cluster_id::resolve(&client, &args, &vcenter).await?;
     warn!(
         "dry run: no Lease, no writes to Kubernetes or vCenter; logging what would be done \
          every --full-sync-interval"
     );
-    let backend = super::cns_backend(&args, &metrics, &holder_id)?;
+    let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let driver = super::driver::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
     let pass = DryRun {
         pvs: Api::all(client.clone()),
@@ -426,6 +428,17 @@ fn repair_action(
             },
             name.clone(),
             "no PV uses the path: delete the VolumeMigration".to_owned(),
+        ),
+        Repair::ForeignDriverId {
+            driver_id,
+            other_disk,
+            ..
+        } => (
+            Group::Note,
+            object,
+            format!(
+                "the CSI driver's cache maps it to {driver_id}, the volume of {other_disk}: not adopted"
+            ),
         ),
         Repair::Orphan { id, collect, .. } => (
             if *collect {

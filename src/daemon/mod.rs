@@ -27,11 +27,13 @@ use crate::k8s::status::{KubeStatusStore, StatusExtras, StatusExtrasSource, Stat
 use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
+use crate::vcenter_config::VcenterFlags;
 
 pub mod cluster_id;
 mod driver;
 mod dry_run;
 pub mod dry_run_plan;
+pub mod hand_over;
 mod leadership;
 mod readiness;
 mod registrar_mode;
@@ -50,7 +52,7 @@ pub use dry_run::run_once as dry_run_once;
 pub(crate) fn cns_connection(
     settings: &crate::vcenter_config::VcenterSettings,
     username: impl Into<String>,
-    password: impl Into<crate::backend::cns::Password>,
+    password: impl Into<crate::credentials::Password>,
 ) -> (CnsConfig, CnsOptions) {
     let mut config = CnsConfig::new(settings.url.clone(), username, password);
     config.ca_file = settings.ca_file.clone();
@@ -63,12 +65,31 @@ pub(crate) fn cns_connection(
     (config, options)
 }
 
+/// The vCenter flags of `args` with `--csi-config-secret` read: once, or, with `watch`,
+/// kept current until that token is cancelled (docs/design.md §8.5). Everything that
+/// resolves the vCenter settings takes them from here.
+pub(crate) async fn vcenter_flags(
+    client: &kube::Client,
+    args: &RunArgs,
+    watch: Option<CancellationToken>,
+) -> anyhow::Result<VcenterFlags> {
+    let mut flags = VcenterFlags::from(args);
+    if let Some(secret) = &args.csi_config_secret {
+        flags.csi_config_secret_conf = Some(match watch {
+            Some(shutdown) => crate::credentials::secret::start(client, secret, shutdown).await?,
+            None => crate::credentials::secret::read(client, secret).await?,
+        });
+    }
+    Ok(flags)
+}
+
 fn cns_backend(
     args: &RunArgs,
+    vcenter: &VcenterFlags,
     metrics: &Metrics,
     holder_id: &str,
 ) -> anyhow::Result<Arc<dyn VolumeBackend>> {
-    let settings = crate::vcenter_config::resolve(args)?;
+    let settings = crate::vcenter_config::resolve(vcenter.clone())?;
     for warning in &settings.warnings {
         warn!("{warning}");
     }
@@ -160,18 +181,17 @@ async fn start(args: &RunArgs, holder_id: &str, not_ready: &str) -> anyhow::Resu
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.hold_driver_syncer && args.driver.driver_syncer_lease.is_empty() {
+        anyhow::bail!(
+            "--hold-driver-syncer needs the Lease to hold: --driver-syncer-lease is empty"
+        );
+    }
     // One identity for the Lease, the User-Agent, Events and write-ahead tokens.
     let holder_id = args
         .lease_holder_id
         .clone()
         .unwrap_or_else(default_holder_id);
     if args.dry_run {
-        // Dry runs resolve the vCenter settings too: the Secret is read first
-        // (docs/design.md §8.5).
-        if let Some(secret) = &args.csi_config_secret {
-            let client = kube_client_as(&args.kube, &user_agent(&holder_id)).await?;
-            crate::vcenter_config::secret::start(&client, secret, CancellationToken::new()).await?;
-        }
         return dry_run::run(args, holder_id).await;
     }
     let Started {
@@ -183,11 +203,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } = start(&args, &holder_id, "caches not synced yet").await?;
     // `--csi-config-secret`: read and watched before anything resolves the vCenter settings
     // (docs/design.md §8.5).
-    if let Some(secret) = &args.csi_config_secret {
-        crate::vcenter_config::secret::start(&client, secret, shutdown.clone()).await?;
-    }
+    let vcenter = vcenter_flags(&client, &args, Some(shutdown.clone())).await?;
     // Before the Lease and before vCenter: a cluster ID other than the driver's is refused.
-    let cluster_id = cluster_id::resolve(&client, &args).await?;
+    let cluster_id = cluster_id::resolve(&client, &args, &vcenter).await?;
 
     let leader = leadership::start(&args, &client, &holder_id, &metrics).await?;
     if args.vc_insecure {
@@ -200,7 +218,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "--in-flight-grace raised to the request timeout plus the task timeout"
         );
     }
-    let backend = cns_backend(&args, &metrics, &holder_id)?;
+    let backend = cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let cache = Arc::new(MigrationCache::default());
     let (queue, requests) = WorkQueue::new();
     let driver = driver::start_with(
@@ -217,15 +235,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
     let migrations: Api<VolumeMigration> = Api::all(client.clone());
-    let (mode_gate, mode_task) = registrar_mode::start(
+    let index = Arc::new(PvIndex::default());
+    let syncer_lease = args.driver.syncer_lease();
+    let hold = args.hold_driver_syncer.then(|| registrar_mode::Hold {
+        config: crate::syncer_lease::HolderConfig::new(
+            &syncer_lease.namespace,
+            &syncer_lease.lease_name,
+            &holder_id,
+            crate::syncer_lease::hold::hold_lease_seconds(grace),
+        ),
+        leader: leader.watch.clone(),
+        hand_over: hand_over::check(index.clone(), cache.clone(), driver.clone()),
+    });
+    let events = Events::in_namespace(client.clone(), &holder_id, &args.events_namespace);
+    let (mode_gate, mode_tasks) = registrar_mode::start(
         &client,
-        args.driver.syncer_lease(),
-        &metrics,
-        cache.clone(),
-        queue.clone(),
+        syncer_lease,
+        hold,
+        registrar_mode::Outputs {
+            metrics: metrics.clone(),
+            events: events.clone(),
+            cache: cache.clone(),
+            queue: queue.clone(),
+        },
         shutdown.clone(),
     );
-    let index = Arc::new(PvIndex::default());
     let store = KubeStatusStore::new(client.clone()).with_extras(status_extras(&index, &cache));
     let registrar = Arc::new(Registrar::new(
         backend,
@@ -249,9 +283,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         index,
         leader: leader.gate.clone(),
         metrics: metrics.clone(),
-        events: Events::in_namespace(client.clone(), &holder_id, &args.events_namespace),
+        events,
         on_pv_delete: args.on_pv_delete.into(),
-        error_requeue: Duration::from_secs(5),
+        error_requeue: crate::requeue::ERROR_REQUEUE,
         driver: driver.clone(),
     });
 
@@ -324,7 +358,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     leader.gate.close();
     shutdown.cancel();
     drain([controller_task, sync_task, pv_task, watch_task, gained_task]).await;
-    if let Some(task) = mode_task {
+    for task in mode_tasks {
         task.abort();
     }
     if let Err(e) = leader.leadership.release().await {
@@ -352,9 +386,17 @@ fn reconcile_from(
         let (cache, ctx) = (cache.clone(), ctx.clone());
         Box::pin(async move {
             let vm = Arc::new(cache.get(&name)?);
-            let action = match reconcile::reconcile(vm.clone(), ctx.clone()).await {
+            // Everything one reconcile does (registrar, backend calls, publishing, status)
+            // logs inside this span: one vmdk's story can be followed by its path
+            // (docs/operations.md "Logs"). `object`, not `name`: JSON logs already name the
+            // span with a `name` key.
+            let span = info_span!("vmdk", path = %vm.spec.volume_path, object = %name);
+            let action = match reconcile::reconcile(vm.clone(), ctx.clone())
+                .instrument(span.clone())
+                .await
+            {
                 Ok(action) => action,
-                Err(e) => reconcile::error_policy(vm, &e, ctx),
+                Err(e) => span.in_scope(|| reconcile::error_policy(vm, &e, ctx)),
             };
             action.requeue_after()
         })

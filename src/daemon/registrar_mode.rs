@@ -1,49 +1,123 @@
-//! The registrar mode as the daemon uses it (docs/design.md §8.2): a watch of the CSI driver's
-//! syncer Lease feeds the gate the registrar checks before each create, the
-//! `volmig_registrar_mode` metric, and a re-run of every VolumeMigration when volmig becomes
-//! the registrar (paths that waited for the driver are registered at once).
+//! The registrar mode as the daemon uses it (docs/design.md §8.2): watches of the CSI driver's
+//! syncer Lease and controller Deployment feed the gate the registrar checks before each
+//! create, the `volmig_registrar_mode` metric, an Event on the Lease at every change, and a
+//! re-run of every VolumeMigration when volmig becomes the registrar (paths that waited for
+//! the driver are registered at once). With `--hold-driver-syncer` the leading replica also
+//! holds that Lease until the hand-over.
 
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use crate::controller::{MigrationCache, WorkQueue};
+use crate::k8s::events::{EventType, Events, reason};
 use crate::metrics::Metrics;
 use crate::syncer_lease::{
-    RegistrarMode, RegistrarModeGate, SyncerLeaseConfig, SyncerObserver, watch_syncer_lease,
+    HandOverCheck, HoldPhase, HolderConfig, RegistrarMode, RegistrarModeGate, SyncerLeaseConfig,
+    SyncerObserver, hold_syncer_lease, watch_syncer_lease,
 };
 
-/// Starts the watch; `lease_name` empty: volmig always registers (no task).
+/// What hold mode needs (`--hold-driver-syncer`).
+pub(super) struct Hold {
+    /// The Lease as volmig writes it.
+    pub config: HolderConfig,
+    /// True while this replica leads volmig.
+    pub leader: watch::Receiver<bool>,
+    /// Whether every path is Registered and published.
+    pub hand_over: HandOverCheck,
+}
+
+/// Everything the registrar mode reports to.
+pub(super) struct Outputs {
+    pub metrics: Metrics,
+    pub events: Events,
+    pub cache: Arc<MigrationCache>,
+    pub queue: WorkQueue,
+}
+
+/// Starts the watches (and the holder); `lease_name` empty: volmig always registers (no
+/// task).
 pub(super) fn start(
     client: &kube::Client,
     config: SyncerLeaseConfig,
-    metrics: &Metrics,
-    cache: Arc<MigrationCache>,
-    queue: WorkQueue,
+    hold: Option<Hold>,
+    out: Outputs,
     shutdown: CancellationToken,
-) -> (RegistrarModeGate, Option<JoinHandle<()>>) {
+) -> (RegistrarModeGate, Vec<JoinHandle<()>>) {
     if config.lease_name.is_empty() {
         info!(
             "--driver-syncer-lease is empty: volmig registers without following the CSI driver's syncer"
         );
-        metrics.set_registrar_mode(RegistrarMode::Own.label());
-        return (RegistrarModeGate::always_own(), None);
+        out.metrics.set_registrar_mode(RegistrarMode::Own.label());
+        return (RegistrarModeGate::always_own(), Vec::new());
     }
-    metrics.set_registrar_mode(RegistrarMode::Unknown.label());
-    let observer = Arc::new(Mutex::new(SyncerObserver::default()));
-    let gate = RegistrarModeGate::observing(observer.clone());
-    let metrics = metrics.clone();
-    let on_change = move |mode: &RegistrarMode| {
-        metrics.set_registrar_mode(mode.label());
-        if *mode == RegistrarMode::Own {
-            super::reconcile_all(&cache, &queue);
-        }
+    out.metrics
+        .set_registrar_mode(RegistrarMode::Unknown.label());
+    let mut observer = if config.deployment.is_empty() {
+        SyncerObserver::default()
+    } else {
+        SyncerObserver::watching_deployment()
     };
-    let task = tokio::spawn(
-        watch_syncer_lease(client.clone(), config, observer, on_change, shutdown)
-            .instrument(info_span!("syncer_lease")),
-    );
-    (gate, Some(task))
+    if hold.is_some() {
+        // Until the holder has looked, creating needs a hold: a replica that just became
+        // the leader must not create before it holds the Lease.
+        observer.set_hold(HoldPhase::Acquiring);
+    }
+    let observer = Arc::new(Mutex::new(observer));
+    let gate = RegistrarModeGate::observing(observer.clone());
+    let hold_changed = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    if let Some(hold) = hold {
+        tasks.push(tokio::spawn(
+            hold_syncer_lease(
+                client.clone(),
+                hold.config,
+                observer.clone(),
+                hold_changed.clone(),
+                hold.leader,
+                hold.hand_over,
+                shutdown.clone(),
+            )
+            .instrument(info_span!("syncer_lease_hold")),
+        ));
+    }
+    let (namespace, lease) = (config.namespace.clone(), config.lease_name.clone());
+    let on_change = move |mode: &RegistrarMode| {
+        out.metrics.set_registrar_mode(mode.label());
+        if mode.registers() {
+            super::reconcile_all(&out.cache, &out.queue);
+        }
+        let (events, namespace, lease) = (out.events.clone(), namespace.clone(), lease.clone());
+        let type_ = match mode {
+            RegistrarMode::Unknown => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        let note = format!("registrar mode: {mode}");
+        tokio::spawn(async move {
+            events
+                .on_lease(
+                    &namespace,
+                    &lease,
+                    type_,
+                    reason::REGISTRAR_MODE_CHANGED,
+                    note,
+                )
+                .await;
+        });
+    };
+    tasks.push(tokio::spawn(
+        watch_syncer_lease(
+            client.clone(),
+            config,
+            observer,
+            hold_changed,
+            on_change,
+            shutdown,
+        )
+        .instrument(info_span!("syncer_lease")),
+    ));
+    (gate, tasks)
 }

@@ -1,11 +1,23 @@
 //! Kubernetes clients: from `--kubeconfig`, else in-cluster / `KUBECONFIG` /
 //! `~/.kube/config`, with a User-Agent that names the replica.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use anyhow::Context as _;
 
 use super::deadline::DeadlineLayer;
 use crate::backend::cns::DEFAULT_USER_AGENT;
-use crate::cli::KubeArgs;
+
+/// Where to find the Kubernetes API and how long a request may take; the command line
+/// builds it from `--kubeconfig` and `--kube-request-timeout` (`cli::KubeArgs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeConnection {
+    /// A kubeconfig file; `None`: in-cluster, else `KUBECONFIG`, else `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// How long a request other than a watch may take, reply body included.
+    pub request_timeout: Duration,
+}
 
 /// The User-Agent of every request a replica makes (Kubernetes and vCenter), naming its
 /// lease holder ID so audit logs can tell replicas apart.
@@ -15,12 +27,16 @@ pub fn user_agent(holder_id: &str) -> String {
 
 /// Builds a client from `--kubeconfig`, else in-cluster / `KUBECONFIG` / `~/.kube/config`,
 /// whose requests other than watches fail after `--kube-request-timeout`.
-pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
+pub async fn kube_client(kube: impl Into<KubeConnection>) -> anyhow::Result<kube::Client> {
     kube_client_as(kube, DEFAULT_USER_AGENT).await
 }
 
 /// [`kube_client`] with a given User-Agent.
-pub async fn kube_client_as(kube: &KubeArgs, agent: &str) -> anyhow::Result<kube::Client> {
+pub async fn kube_client_as(
+    kube: impl Into<KubeConnection>,
+    agent: &str,
+) -> anyhow::Result<kube::Client> {
+    let kube: KubeConnection = kube.into();
     let mut config = match kube.kubeconfig.as_deref() {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -38,7 +54,7 @@ pub async fn kube_client_as(kube: &KubeArgs, agent: &str) -> anyhow::Result<kube
     let builder =
         kube::client::ClientBuilder::try_from(config).context("creating the Kubernetes client")?;
     Ok(builder
-        .with_layer(&DeadlineLayer::new(kube.kube_request_timeout))
+        .with_layer(&DeadlineLayer::new(kube.request_timeout))
         .build())
 }
 

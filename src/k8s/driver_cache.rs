@@ -12,9 +12,8 @@ use std::hash::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::{CustomResource, CustomResourceExt};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+
+use super::error_class::{KubeErrorClass, classify};
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
@@ -24,48 +23,12 @@ use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::VolumePath;
 
+#[path = "driver_cache_crd.rs"]
+mod crd;
 #[path = "driver_cache_plan.rs"]
 mod plan;
+pub use crd::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec, crd_served, crd_yaml};
 pub use plan::{Conflict, DriverChange, DriverObject, PublishPlan, plan_publish, plan_unpublish};
-
-/// The driver's object: one cached mapping. Field names are lower-case, as the driver's
-/// CRD has them.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[kube(
-    group = "cns.vmware.com",
-    version = "v1alpha1",
-    kind = "CnsVSphereVolumeMigration",
-    plural = "cnsvspherevolumemigrations",
-    doc = "The vSphere CSI driver's mapping of an in-tree vmdk path to its CNS volume ID."
-)]
-pub struct CnsVSphereVolumeMigrationSpec {
-    /// The in-tree volume path exactly as the PV spells it.
-    pub volumepath: String,
-    /// The CNS volume ID.
-    pub volumeid: String,
-    /// True when the FCD is kept if the VM it is attached to is deleted.
-    #[serde(default)]
-    pub protectvolumefromvmdelete: bool,
-}
-
-/// True when the API server serves the driver's CRD: a list of at most one object's
-/// metadata (404: not served).
-pub async fn crd_served(client: &kube::Client) -> kube::Result<bool> {
-    let api: Api<CnsVSphereVolumeMigration> = Api::all(client.clone());
-    match api
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// The driver's CRD as YAML (`volmig crd --driver`; the chart's `driverCache.installCrd`).
-pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    serde_saphyr::to_string(&CnsVSphereVolumeMigration::crd())
-}
 
 /// The label volmig sets on the objects it creates (`app.kubernetes.io/managed-by`).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -358,6 +321,19 @@ impl DriverIndex {
         ids
     }
 
+    /// True when the driver's cache maps `raw` (a spelling of `path`) to `id`: an object
+    /// carries exactly that pair and the driver has not dropped the entry for `raw`.
+    pub fn maps(&self, path: &VolumePath, raw: &str, id: &str) -> bool {
+        let s = self.lock();
+        !s.lost.contains(raw)
+            && s.by_path
+                .get(path)
+                .into_iter()
+                .flatten()
+                .filter_map(|n| s.by_name.get_key_value(&n.as_ref()))
+                .any(|(n, e)| e.volumepath() == raw && e.volumeid(n) == id)
+    }
+
     /// The objects named after `id` (its primary and its aliases): two lookups, so a full
     /// sync over every mapping stays linear.
     pub fn objects_of(&self, id: &VolumeId) -> BTreeMap<String, CnsVSphereVolumeMigrationSpec> {
@@ -444,7 +420,7 @@ pub async fn apply_changes(
         };
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => done += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) if classify(&e) == KubeErrorClass::Gone => {}
             Err(e) => return Err(e),
         }
         index.remove(name);
@@ -462,7 +438,7 @@ pub async fn apply_changes(
                 index.record_written(name, &object.spec, object.ours);
                 done += 1;
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(e) if classify(&e) == KubeErrorClass::Conflict => {
                 if let Some(found) = api.get_opt(name).await? {
                     if found.spec != object.spec {
                         warn!(object = %name, found = ?found.spec, wanted = ?object.spec,

@@ -38,8 +38,15 @@ pub mod reason {
     pub const INVALID_VOLUME_PATH: &str = "InvalidVolumePath";
     /// The CNS registration was removed (disk kept).
     pub const UNREGISTERED: &str = "Unregistered";
+    /// Who registers in-tree vmdks changed: volmig or the CSI driver's syncer.
+    pub const REGISTRAR_MODE_CHANGED: &str = "RegistrarModeChanged";
     /// A Registered volume was missing in CNS and was registered again.
     pub const RE_REGISTERED: &str = "ReRegistered";
+    /// A Registered volume is missing in CNS while the CSI driver registers: its ID was
+    /// withdrawn so the driver registers the path again.
+    pub const VOLUME_GONE: &str = "VolumeGone";
+    /// The CSI driver's cache maps a path to another disk's volume: not adopted.
+    pub const DRIVER_ID_OF_ANOTHER_DISK: &str = "DriverIdOfAnotherDisk";
     /// `status.volumeID` did not name this path's CNS volume (edited by hand, or gone) and
     /// was restored from CNS; the note names the old and the new ID.
     pub const VOLUME_ID_REPAIRED: &str = "VolumeIdRepaired";
@@ -52,7 +59,7 @@ pub mod reason {
 /// Publishes Events as the `volmig` controller.
 #[derive(Clone)]
 pub struct Events {
-    api: Api<K8sEvent>,
+    client: kube::Client,
     namespace: String,
     instance: String,
     /// Events published in the last [`FOLD_WINDOW`] that a repeat folds into, by
@@ -81,16 +88,17 @@ impl Events {
     /// `namespace` (the events namespace, one of [`EVENTS_NAMESPACES`]).
     pub fn in_namespace(client: kube::Client, instance: &str, namespace: &str) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
+            client,
             namespace: namespace.to_owned(),
             instance: instance.to_owned(),
             folded: Arc::default(),
         }
     }
 
-    /// A new Event (no series) on `target`.
+    /// A new Event (no series) on `target`, in `namespace`.
     fn new_event(
         &self,
+        namespace: &str,
         target: &ObjectReference,
         type_: EventType,
         reason: &str,
@@ -104,7 +112,7 @@ impl Events {
             regarding: Some(target.clone()),
             note: Some(note),
             metadata: ObjectMeta {
-                namespace: Some(self.namespace.clone()),
+                namespace: Some(namespace.to_owned()),
                 name: Some(format!(
                     "{}.{:x}",
                     target.name.as_deref().unwrap_or("volmig"),
@@ -135,6 +143,10 @@ impl Events {
         note: String,
         fold: bool,
     ) {
+        // An Event about a namespaced object lives in its namespace (the API server's
+        // validation); about a cluster-scoped one, in the events namespace.
+        let namespace = target.namespace.as_deref().unwrap_or(&self.namespace);
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let key = fold_key(target, type_, reason);
         let earlier = if fold {
             let now = Timestamp::now();
@@ -157,19 +169,17 @@ impl Events {
                     count: event.series.as_ref().map_or(2, |s| s.count + 1),
                     last_observed_time: MicroTime(Timestamp::now()),
                 });
-                self.api
-                    .patch(
-                        &event.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&event),
-                    )
-                    .await
-                    .map(|_| event)
+                api.patch(
+                    &event.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&event),
+                )
+                .await
+                .map(|_| event)
             }
             None => {
-                let event = self.new_event(target, type_, reason, note);
-                self.api
-                    .create(&PostParams::default(), &event)
+                let event = self.new_event(namespace, target, type_, reason, note);
+                api.create(&PostParams::default(), &event)
                     .await
                     .map(|_| event)
             }
@@ -211,6 +221,26 @@ impl Events {
     ) {
         self.publish(&vm.object_ref(&()), type_, reason, note, false)
             .await;
+    }
+
+    /// An Event on the Lease `namespace/name` (the CSI driver syncer's: who registers
+    /// changed), written in that namespace.
+    pub async fn on_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let target = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(namespace.to_owned()),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        };
+        self.publish(&target, type_, reason, note, false).await;
     }
 
     /// An Event on the PersistentVolume `name`. PVs get one Event per registration (and

@@ -1,6 +1,7 @@
 //! Creating and deleting VolumeMigration objects. Names are derived from the canonical
 //! path, so racing creators end with one object (the loser gets 409 AlreadyExists).
 
+use super::error_class::{KubeErrorClass, classify};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tracing::debug;
 
@@ -76,7 +77,7 @@ pub async fn ensure_migration(
             debug!(%path, %name, "created VolumeMigration");
             Ok(true)
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
+        Err(e) if classify(&e) == KubeErrorClass::Conflict => {
             let existing = api.get_opt(&name).await.map_err(kube_error)?;
             match existing {
                 Some(vm) if !tracks(&vm, path) => Err(EnsureError::NameCollision {
@@ -100,7 +101,7 @@ pub fn tracks(vm: &VolumeMigration, path: &VolumePath) -> bool {
 pub async fn delete_migration(api: &Api<VolumeMigration>, name: &str) -> kube::Result<()> {
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) if classify(&e) == KubeErrorClass::Gone => Ok(()),
         Err(e) => Err(e),
     }
 }

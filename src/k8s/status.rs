@@ -3,6 +3,7 @@
 //! turned into a JSON merge patch by a pure function and sent by [`StatusWriter::write`],
 //! optionally conditional on a `resourceVersion` (docs/design.md §4.9).
 
+use super::error_class::{KubeErrorClass, classify};
 use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
@@ -96,9 +97,9 @@ pub enum WriteErrorKind {
     Conflict,
     /// The object is gone (404).
     NotFound,
-    /// Timeout, 429 or 5xx: retry.
+    /// Timeout, 401, 429 or 5xx: retry.
     Unavailable,
-    /// Refused for good (4xx: validation, permission).
+    /// Refused for good (other 4xx: validation, permission).
     Rejected,
 }
 
@@ -114,16 +115,13 @@ pub struct WriteError {
     pub source: kube::Error,
 }
 
-/// Classifies a client error.
+/// Classifies a client error ([`classify`], the one classification).
 pub fn write_error_kind(error: &kube::Error) -> WriteErrorKind {
-    match error {
-        kube::Error::Api(status) if status.code == 409 => WriteErrorKind::Conflict,
-        kube::Error::Api(status) if status.code == 404 => WriteErrorKind::NotFound,
-        kube::Error::Api(status) if status.code == 429 || status.code >= 500 => {
-            WriteErrorKind::Unavailable
-        }
-        kube::Error::Api(_) | kube::Error::BuildRequest(_) => WriteErrorKind::Rejected,
-        _ => WriteErrorKind::Unavailable,
+    match classify(error) {
+        KubeErrorClass::Conflict => WriteErrorKind::Conflict,
+        KubeErrorClass::Gone => WriteErrorKind::NotFound,
+        KubeErrorClass::Transient => WriteErrorKind::Unavailable,
+        KubeErrorClass::Permanent => WriteErrorKind::Rejected,
     }
 }
 

@@ -193,8 +193,8 @@ async fn observe(target: Arc<LeaseTarget>, tx: mpsc::Sender<Input>) {
 }
 
 /// Retry delays of the campaign and the observer: from 100 ms, doubling up to `max`.
-pub(super) fn retry_delays(max: Duration) -> crate::backoff::Delays {
-    crate::backoff::RetryPolicy {
+pub(super) fn retry_delays(max: Duration) -> crate::requeue::Delays {
+    crate::requeue::RetryPolicy {
         initial: Duration::from_millis(100).min(max),
         max,
         attempts_per_call: u32::MAX,

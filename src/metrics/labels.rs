@@ -5,7 +5,6 @@ use std::fmt::{self, Write as _};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 use crate::api::Phase;
-use crate::backend::{BackendError, ErrorClass};
 
 /// Declares a closed set of label values with a `snake_case` spelling.
 macro_rules! label_enum {
@@ -72,6 +71,8 @@ label_enum! {
         RemovePv => "remove_pv",
         /// Deleted a VolumeMigration no PV references any more.
         DeleteMigration => "delete_migration",
+        /// Found a CSI driver cache object mapping a path to another disk's volume.
+        ForeignDriverId => "foreign_driver_id",
     }
 }
 
@@ -100,40 +101,40 @@ label_enum! {
 }
 
 label_enum! {
+    /// Which action of a reconcile failed (label `reason` of
+    /// `volmig_reconcile_failures_total`): the controller's error names its own with
+    /// `controller::Error::metric_label`, and a test keeps both lists equal. The series
+    /// start at zero for each value.
+    ReconcileFailure {
+        /// Adding volmig's finalizer.
+        AddFinalizer => "add_finalizer",
+        /// Removing volmig's finalizer.
+        RemoveFinalizer => "remove_finalizer",
+        /// A status write.
+        WriteStatus => "write_status",
+        /// Recreating an object deleted by hand.
+        Recreate => "recreate",
+        /// Unregistration.
+        Unregister => "unregister",
+        /// Writing the CSI driver's cache objects.
+        Publish => "publish",
+    }
+}
+
+label_enum! {
     /// The outcome class of one backend call (label `result` of
     /// `volmig_backend_requests_total`).
     BackendResult {
         /// The call succeeded.
         Ok => "ok",
-        /// [`ErrorClass::Transient`].
+        /// [`ErrorClass::Transient`](crate::backend::ErrorClass::Transient).
         Transient => "transient",
-        /// [`ErrorClass::Permanent`].
+        /// [`ErrorClass::Permanent`](crate::backend::ErrorClass::Permanent).
         Permanent => "permanent",
-        /// [`ErrorClass::NotAuthenticated`].
+        /// [`ErrorClass::NotAuthenticated`](crate::backend::ErrorClass::NotAuthenticated).
         NotAuthenticated => "not_authenticated",
-        /// [`ErrorClass::NotFound`].
+        /// [`ErrorClass::NotFound`](crate::backend::ErrorClass::NotFound).
         NotFound => "not_found",
-    }
-}
-
-impl From<ErrorClass> for BackendResult {
-    fn from(class: ErrorClass) -> Self {
-        match class {
-            ErrorClass::Transient => BackendResult::Transient,
-            ErrorClass::Permanent => BackendResult::Permanent,
-            ErrorClass::NotAuthenticated => BackendResult::NotAuthenticated,
-            ErrorClass::NotFound => BackendResult::NotFound,
-        }
-    }
-}
-
-impl BackendResult {
-    /// The class of a backend call's result.
-    pub fn of<T>(result: &Result<T, BackendError>) -> Self {
-        match result {
-            Ok(_) => BackendResult::Ok,
-            Err(e) => e.class.into(),
-        }
     }
 }
 
@@ -199,7 +200,7 @@ pub(super) struct ModeLabels {
 }
 
 /// The values of `volmig_registrar_mode`'s `mode` label.
-pub(super) const REGISTRAR_MODES: [&str; 3] = ["unknown", "own", "follow"];
+pub(super) const REGISTRAR_MODES: [&str; 4] = ["unknown", "own", "follow", "hold"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(super) struct OperationLabels {

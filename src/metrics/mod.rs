@@ -30,7 +30,9 @@ use labels::{
     PassLabels, PhaseLabels, PhaseValue, REGISTRAR_MODES, ReasonLabels, RegistrationLabels,
     StageLabels, pass_labels,
 };
-pub use labels::{BackendResult, RegistrationResult, RegistrationStage, SyncAction};
+pub use labels::{
+    BackendResult, ReconcileFailure, RegistrationResult, RegistrationStage, SyncAction,
+};
 
 /// Registration latency buckets in seconds: 10 ms to 120 s.
 const REGISTRATION_BUCKETS: [f64; 13] = [
@@ -160,9 +162,9 @@ impl Metrics {
         for ok in [true, false] {
             let _ = inner.full_sync_passes.get_or_create_owned(&pass_labels(ok));
         }
-        for reason in crate::controller::Error::METRIC_LABELS {
+        for reason in ReconcileFailure::ALL {
             let _ = inner.reconcile_failures.get_or_create_owned(&ReasonLabels {
-                reason: (*reason).to_owned(),
+                reason: reason.as_str().to_owned(),
             });
         }
         families::register_all(&mut inner);
@@ -289,7 +291,7 @@ impl Metrics {
         self.inner.leader.set(i64::from(leader));
     }
 
-    /// Sets `volmig_registrar_mode`: 1 for `mode` (`unknown`, `own` or `follow`), 0 for
+    /// Sets `volmig_registrar_mode`: 1 for `mode` (`unknown`, `own`, `follow` or `hold`), 0 for
     /// the others (docs/design.md §8.2).
     pub fn set_registrar_mode(&self, mode: &str) {
         for known in REGISTRAR_MODES {

@@ -5,14 +5,27 @@
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::operations::{Attempt, Found};
 use super::{
-    HeldSlot, Lane, RegisterError, Registrar, Slot, StatusUpdate, StoreError, StoreErrorKind,
-    Version, choose_adoptee, stages,
+    HeldSlot, Lane, RegisterError, Registrar, Registration, Slot, StatusUpdate, StoreError,
+    StoreErrorKind, StoredState, Version, choose_adoptee, stages,
 };
 use crate::backend::{CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
 use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
+
+/// The volume a registration records: the one it created, or one it adopted.
+pub(super) struct Found {
+    pub volume_id: VolumeId,
+    pub disk_uuid: Option<String>,
+    pub adopted: bool,
+}
+
+/// The outcome of one pass of the create loop.
+pub(super) enum Attempt {
+    Done(Registration),
+    /// The state changed under us (a conditional write lost): decide again from it.
+    Reread(Option<StoredState>),
+}
 
 /// What one registration is creating: the path, its disk and the request.
 pub(super) struct CreateStep<'a> {

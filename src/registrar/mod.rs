@@ -46,7 +46,7 @@ mod status_store;
 mod unregister;
 
 pub use crate::backend::selection::choose_adoptee;
-pub use crate::backoff::RetryPolicy;
+pub use crate::requeue::{DEFAULT_ADOPTION_POLL, DEFAULT_FOLLOW_POLL, RetryPolicy};
 pub use error::{LookupError, RegisterError};
 pub use in_flight::InFlight;
 pub use keyed_lock::{KeyGuard, KeyedLock};
@@ -122,12 +122,6 @@ pub type DriverIds = Arc<dyn Fn(&VolumePath) -> Vec<VolumeId> + Send + Sync>;
 /// Default of [`RegistrarConfig::in_flight_grace`]: the default request timeout (60 s)
 /// plus the default task timeout (600 s).
 pub const DEFAULT_IN_FLIGHT_GRACE: Duration = Duration::from_secs(660);
-
-/// Default of [`RegistrarConfig::adoption_poll`].
-pub const DEFAULT_ADOPTION_POLL: Duration = Duration::from_secs(5);
-
-/// Default of [`RegistrarConfig::follow_poll`].
-pub const DEFAULT_FOLLOW_POLL: Duration = Duration::from_secs(15);
 
 impl RegistrarConfig {
     /// Defaults of the command line: 8 concurrent calls, 50 calls/s, always leader.

@@ -7,7 +7,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
-use super::create::CreateStep;
+use super::create::{Attempt, CreateStep, Found};
 use super::{
     HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
     StoredState, Version, choose_adoptee, create_request, stages,
@@ -20,20 +20,6 @@ use crate::volume_path::VolumePath;
 
 /// Creates one `register` call may send at most; each after the grace of the one before.
 const MAX_CREATES_PER_CALL: u32 = 2;
-
-/// The volume a registration records: the one it created, or one it adopted.
-pub(super) struct Found {
-    pub volume_id: VolumeId,
-    pub disk_uuid: Option<String>,
-    pub adopted: bool,
-}
-
-/// The outcome of one pass of the create loop.
-pub(super) enum Attempt {
-    Done(Registration),
-    /// The state changed under us (a conditional write lost): decide again from it.
-    Reread(Option<StoredState>),
-}
 
 impl Registrar {
     /// Registers `path` once: returns the stored ID, adopts an existing CNS volume, or

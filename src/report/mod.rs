@@ -20,11 +20,12 @@ pub mod model;
 pub mod registrar;
 pub mod render;
 
-pub use crate::cli::ReportArgs;
 pub use fetch::FetchError;
 pub use model::{DriverCacheRequirement, Report, Row, build};
 pub use registrar::{Registrar, SyncerLeaseRead};
 pub use render::{Format, RowFilter, render, verdict};
+
+use crate::syncer_lease::SyncerLeaseConfig;
 
 /// Exit code: every in-tree PV is ready.
 pub const EXIT_READY: u8 = 0;
@@ -55,19 +56,36 @@ impl Rendered {
     }
 }
 
+/// What `volmig report` reads and prints (from its flags, `cli::ReportArgs::options`).
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// Output format.
+    pub output: Format,
+    /// Whether PVs must also be published to the vSphere CSI driver's cache.
+    pub require_driver_cache: DriverCacheRequirement,
+    /// Print only the PVs that are not ready (totals still count all).
+    pub not_ready: bool,
+    /// Where the vSphere CSI driver's syncer Lease and Deployment are.
+    pub syncer: SyncerLeaseConfig,
+}
+
 /// `volmig report`: reads the cluster and renders the report as `args` asks.
-pub async fn run(client: kube::Client, args: &ReportArgs) -> Result<Rendered, FetchError> {
-    let syncer = args.driver.syncer_lease();
+pub async fn run(client: kube::Client, args: &ReportOptions) -> Result<Rendered, FetchError> {
+    let syncer = &args.syncer;
     let lease = async {
-        let read = fetch::read_syncer_lease(client.clone(), &syncer).await;
-        (read, jiff::Timestamp::now())
+        let read = fetch::read_syncer_lease(client.clone(), syncer).await;
+        let unelected = fetch::read_unelected_syncer(client.clone(), syncer).await;
+        (read, unelected, jiff::Timestamp::now())
     };
-    let (inputs, (lease, read_at)) = tokio::join!(
+    let (inputs, (lease, unelected, read_at)) = tokio::join!(
         fetch::read_inputs(client.clone(), args.require_driver_cache),
         lease
     );
     let mut report = build(&inputs?, args.require_driver_cache);
-    report.registrar = Some(registrar::decide(&syncer, &lease, read_at));
+    report.registrar = Some(registrar::with_deployment(
+        registrar::decide(syncer, &lease, read_at),
+        unelected,
+    ));
     let filter = if args.not_ready {
         RowFilter::NotReady
     } else {

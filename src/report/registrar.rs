@@ -63,16 +63,19 @@ pub enum Mode {
     Own,
     /// The CSI driver's syncer registers; volmig adopts its volumes.
     Follow,
+    /// volmig holds the driver syncer's Lease (`--hold-driver-syncer`) and registers.
+    Hold,
     /// The report cannot tell.
     Unknown,
 }
 
 impl Mode {
-    /// `own`, `follow` or `unknown`.
+    /// `own`, `follow`, `hold` or `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Own => "own",
             Mode::Follow => "follow",
+            Mode::Hold => "hold",
             Mode::Unknown => "unknown",
         }
     }
@@ -165,7 +168,8 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
         return registrar;
     };
     registrar.holder = Some(holder.to_owned());
-    if holder.starts_with(VOLMIG_HOLDER_PREFIX) {
+    let volmig_holds = holder.starts_with(VOLMIG_HOLDER_PREFIX);
+    if volmig_holds && lease.renew_time.is_none() {
         registrar.why = format!(
             "the Lease {name} is held by volmig's own identity {holder}, not by the CSI \
              driver's syncer: volmig registers"
@@ -187,6 +191,22 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
     let expires = renewed.checked_add(duration).ok();
     let renewed_text = whole_seconds(renewed);
     match expires {
+        Some(expires) if now >= expires && volmig_holds => {
+            registrar.why = format!(
+                "the Lease {name} was held by volmig ({holder}) until {}: whoever leads next \
+                 registers",
+                whole_seconds(expires)
+            );
+        }
+        _ if volmig_holds => {
+            registrar.mode = Mode::Hold;
+            registrar.why = format!(
+                "volmig holds the CSI driver's syncer Lease {name} as {holder} (renewed \
+                 {renewed_text}, {seconds} s, --hold-driver-syncer): the driver's syncer cannot \
+                 lead; volmig registers and hands the Lease over once every path is Registered \
+                 and published"
+            );
+        }
         Some(expires) if now >= expires => {
             registrar.why = format!(
                 "the CSI driver's syncer Lease {name} expired at {} (held by {holder}, renewed \
@@ -202,6 +222,20 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
                  Lease's renewTime; the daemon decides on its own clock)"
             );
         }
+    }
+    registrar
+}
+
+/// The registrar once the driver's controller Deployment was read: a syncer that runs
+/// without leader election (`unelected`, [`crate::syncer_lease::deployment`]) registers
+/// whatever the Lease says, so volmig follows it.
+pub fn with_deployment(mut registrar: Registrar, unelected: Option<String>) -> Registrar {
+    if let Some(syncer) = unelected {
+        registrar.mode = Mode::Follow;
+        registrar.why = format!(
+            "the CSI driver's syncer {syncer} registers in-tree vmdks; volmig adopts its volumes"
+        );
+        registrar.holder = Some(syncer);
     }
     registrar
 }

@@ -71,23 +71,51 @@ fn a_stale_lease_leaves_volmig_the_registrar() {
 }
 
 #[test]
-fn a_lease_held_by_volmig_is_not_a_driver_syncer() {
-    let read = held("volmig/replica-0", Some(RENEWED), Some(30));
+fn a_lease_held_by_volmig_is_hold_mode_until_it_expires() {
+    let read = held("volmig/replica-0", Some(RENEWED), Some(690));
     let registrar = decide(&config(), &read, after(1));
-    assert_eq!(registrar.mode, Mode::Own);
+    assert_eq!(registrar.mode, Mode::Hold);
     assert_eq!(registrar.holder.as_deref(), Some("volmig/replica-0"));
     assert!(
-        registrar
+        registrar.why.contains("--hold-driver-syncer")
+            && registrar.why.contains("volmig registers"),
+        "{}",
+        registrar.why
+    );
+    let expired = decide(&config(), &read, after(690));
+    assert_eq!(expired.mode, Mode::Own);
+    assert!(expired.why.contains("held by volmig"), "{}", expired.why);
+    // Without a renewTime volmig's own hold says nothing about the driver.
+    let unrenewed = decide(
+        &config(),
+        &held("volmig/replica-0", None, Some(30)),
+        after(1),
+    );
+    assert_eq!(unrenewed.mode, Mode::Own);
+    assert!(
+        unrenewed
             .why
             .contains("volmig's own identity volmig/replica-0"),
         "{}",
-        registrar.why
+        unrenewed.why
     );
-    assert!(
-        registrar.why.ends_with(": volmig registers"),
-        "{}",
-        registrar.why
-    );
+}
+
+#[test]
+fn a_syncer_without_leader_election_is_followed_whatever_the_lease_says() {
+    let unelected = "deployment/vsphere-csi-controller (no --leader-election)".to_owned();
+    for read in [
+        SyncerLeaseRead::Absent,
+        held("volmig/replica-0", Some(RENEWED), Some(690)),
+    ] {
+        let registrar =
+            with_deployment(decide(&config(), &read, after(1)), Some(unelected.clone()));
+        assert_eq!(registrar.mode, Mode::Follow, "{read:?}");
+        assert_eq!(registrar.holder.as_deref(), Some(unelected.as_str()));
+        assert!(registrar.why.contains("volmig adopts"), "{}", registrar.why);
+    }
+    let plain = decide(&config(), &SyncerLeaseRead::Absent, after(1));
+    assert_eq!(with_deployment(plain.clone(), None), plain);
 }
 
 #[test]
@@ -129,6 +157,7 @@ fn no_lease_leaves_volmig_the_registrar() {
     let named_elsewhere = SyncerLeaseConfig {
         namespace: "csi".into(),
         lease_name: "syncer".into(),
+        deployment: String::new(),
     };
     let registrar = decide(&named_elsewhere, &SyncerLeaseRead::Absent, after(1));
     assert_eq!(registrar.lease.as_deref(), Some("csi/syncer"));
@@ -197,6 +226,7 @@ fn an_empty_lease_name_follows_nobody() {
     let config = SyncerLeaseConfig {
         namespace: "vmware-system-csi".into(),
         lease_name: String::new(),
+        deployment: String::new(),
     };
     let registrar = decide(&config, &SyncerLeaseRead::NotNamed, after(1));
     assert_eq!(registrar.mode, Mode::Own);

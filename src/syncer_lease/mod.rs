@@ -7,12 +7,16 @@
 //! registrars give two CNS volumes for one vmdk, so volmig creates nothing while that Lease
 //! is live (**follow**): held by an identity that is not volmig's and renewed within its
 //! lease duration, measured on this process's monotonic clock from the moment a renewal was
-//! seen. With no live syncer Lease, volmig is the registrar (**own**). Until the Lease has
-//! been looked at once, nothing is created (**unknown**).
+//! seen; a controller Deployment whose syncer runs without leader election counts as live
+//! too. With no live syncer, volmig is the registrar (**own**); with `--hold-driver-syncer`
+//! the leading replica holds the Lease itself until every path is registered and published
+//! (**hold**, [`hold`]). Until the Lease (and the Deployment) has been looked at once,
+//! nothing is created (**unknown**).
 //!
 //! [`SyncerObserver`] is the pure state machine; [`RegistrarModeGate`] shares it with the
 //! registrar, which asks [`RegistrarModeGate::may_create`] right before each write-ahead and
-//! each create; [`watch_syncer_lease`] feeds it from a watch of that one Lease.
+//! each create; [`watch_syncer_lease`] feeds it from watches of that one Lease and that one
+//! Deployment, [`hold_syncer_lease`] holds the Lease.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,9 +25,19 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use tokio::time::Instant;
 
+pub mod deployment;
+pub mod hold;
+mod holder;
+mod mode;
 mod watch;
 
+pub use hold::HoldPhase;
+pub use holder::{HandOverCheck, HolderConfig, hold_syncer_lease};
+pub use mode::RegistrarMode;
 pub use watch::watch_syncer_lease;
+
+/// Who volmig follows right after its hand-over, before the driver's syncer is seen leading.
+pub const HANDED_OVER: &str = "the CSI driver's syncer (the Lease was handed over to it)";
 
 /// Holder identities of this prefix are volmig's own (hold mode): never a live driver syncer.
 pub const VOLMIG_HOLDER_PREFIX: &str = "volmig/";
@@ -48,6 +62,9 @@ pub struct SyncerLeaseConfig {
     pub namespace: String,
     /// The syncer's Lease name.
     pub lease_name: String,
+    /// The driver's controller Deployment, whose `vsphere-syncer` container may run without
+    /// leader election (empty: not looked at).
+    pub deployment: String,
 }
 
 impl Default for SyncerLeaseConfig {
@@ -55,46 +72,7 @@ impl Default for SyncerLeaseConfig {
         Self {
             namespace: "vmware-system-csi".to_owned(),
             lease_name: "vsphere-syncer".to_owned(),
-        }
-    }
-}
-
-/// Who registers now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RegistrarMode {
-    /// The syncer's Lease has not been looked at yet: nobody is presumed absent.
-    Unknown,
-    /// No live syncer Lease: volmig registers.
-    Own,
-    /// The driver's syncer leads as `holder`: volmig creates nothing and adopts its IDs.
-    Follow {
-        /// The Lease's `holderIdentity`.
-        holder: String,
-    },
-}
-
-impl RegistrarMode {
-    /// The value of the `mode` label of `volmig_registrar_mode`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            RegistrarMode::Unknown => "unknown",
-            RegistrarMode::Own => "own",
-            RegistrarMode::Follow { .. } => "follow",
-        }
-    }
-}
-
-impl fmt::Display for RegistrarMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegistrarMode::Unknown => {
-                f.write_str("unknown (the CSI driver's syncer Lease has not been read yet)")
-            }
-            RegistrarMode::Own => f.write_str("own (no live CSI driver syncer: volmig registers)"),
-            RegistrarMode::Follow { holder } => write!(
-                f,
-                "follow (the CSI driver's syncer {holder} leads and registers; volmig adopts)"
-            ),
+            deployment: "vsphere-csi-controller".to_owned(),
         }
     }
 }
@@ -107,14 +85,38 @@ struct Seen {
     live_until: Instant,
 }
 
+/// What is known of the driver's controller Deployment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum DeploymentSeen {
+    /// Not watched (`--driver-deployment` empty).
+    #[default]
+    NotWatched,
+    /// Watched, not read yet.
+    NotRead,
+    /// Read: `Some` describes a syncer running without leader election.
+    Read(Option<String>),
+}
+
 /// The syncer Lease state machine (pure: time comes in as arguments).
 #[derive(Debug, Default)]
 pub struct SyncerObserver {
     observed: bool,
     seen: Option<Seen>,
+    deployment: DeploymentSeen,
+    hold: HoldPhase,
+    /// A driver syncer was seen holding the Lease since the hand-over.
+    driver_led_since_hand_over: bool,
 }
 
 impl SyncerObserver {
+    /// An observer that also waits for the driver's controller Deployment to be read.
+    pub fn watching_deployment() -> Self {
+        Self {
+            deployment: DeploymentSeen::NotRead,
+            ..Self::default()
+        }
+    }
+
     /// The Lease was read at monotonic `now` (`None`: it does not exist). A holder or renew
     /// time not seen before counts as a renewal now: the first sight of a held Lease is
     /// presumed live for one lease duration.
@@ -136,6 +138,7 @@ impl SyncerObserver {
             return;
         }
         let duration = lease_duration(spec.lease_duration_seconds);
+        self.driver_led_since_hand_over = true;
         self.seen = Some(Seen {
             holder: holder.to_owned(),
             renew_time,
@@ -143,20 +146,80 @@ impl SyncerObserver {
         });
     }
 
+    /// The driver's controller Deployment as read: `Some` describes a syncer that runs
+    /// without leader election ([`deployment::syncer_without_election`]).
+    pub fn on_deployment(&mut self, unelected: Option<String>) {
+        self.deployment = DeploymentSeen::Read(unelected);
+    }
+
+    /// This replica's hold of the Lease changed (`--hold-driver-syncer`).
+    pub fn set_hold(&mut self, phase: HoldPhase) {
+        if phase == HoldPhase::HandedOver && self.hold != HoldPhase::HandedOver {
+            self.driver_led_since_hand_over = false;
+        }
+        self.hold = phase;
+    }
+
+    /// This replica's hold of the Lease.
+    pub fn hold(&self) -> &HoldPhase {
+        &self.hold
+    }
+
+    /// True when a driver syncer other than volmig holds the Lease live at `now`.
+    pub fn driver_lease_live(&self, now: Instant) -> bool {
+        self.seen.as_ref().is_some_and(|s| now < s.live_until)
+    }
+
     /// Who registers at monotonic `now`.
     pub fn mode(&self, now: Instant) -> RegistrarMode {
-        match &self.seen {
-            _ if !self.observed => RegistrarMode::Unknown,
-            Some(seen) if now < seen.live_until => RegistrarMode::Follow {
-                holder: seen.holder.clone(),
+        if !self.observed || self.deployment == DeploymentSeen::NotRead {
+            return RegistrarMode::Unknown;
+        }
+        if let DeploymentSeen::Read(Some(unelected)) = &self.deployment {
+            return RegistrarMode::Follow {
+                holder: unelected.clone(),
+            };
+        }
+        let follow =
+            self.seen
+                .as_ref()
+                .filter(|s| now < s.live_until)
+                .map(|s| RegistrarMode::Follow {
+                    holder: s.holder.clone(),
+                });
+        match &self.hold {
+            HoldPhase::Held {
+                holder,
+                sends_until,
+            } if now < *sends_until => RegistrarMode::Hold {
+                holder: holder.clone(),
             },
-            _ => RegistrarMode::Own,
+            // A replica that is not the volmig leader creates nothing anyway; one that just
+            // became it must not create before its holder has taken the Lease.
+            HoldPhase::Held { .. } | HoldPhase::Acquiring | HoldPhase::Standby => {
+                follow.unwrap_or(RegistrarMode::Acquiring)
+            }
+            // Handed over: the driver's syncer is about to lead. Until it has been seen
+            // leading, volmig does not register (a create now could race its first
+            // registration on a miss); afterwards the usual rules apply.
+            HoldPhase::HandedOver if follow.is_none() && !self.driver_led_since_hand_over => {
+                RegistrarMode::Follow {
+                    holder: HANDED_OVER.to_owned(),
+                }
+            }
+            HoldPhase::Off | HoldPhase::HandedOver => follow.unwrap_or(RegistrarMode::Own),
         }
     }
 
-    /// When [`Self::mode`] changes by itself (a live Lease running out), if it will.
-    pub fn expires_at(&self) -> Option<Instant> {
-        self.seen.as_ref().map(|s| s.live_until)
+    /// When [`Self::mode`] changes by itself (a live Lease or a send window running out),
+    /// if it will.
+    pub fn expires_at(&self, now: Instant) -> Option<Instant> {
+        let lease = self.seen.as_ref().map(|s| s.live_until);
+        let hold = match &self.hold {
+            HoldPhase::Held { sends_until, .. } => Some(*sends_until),
+            _ => None,
+        };
+        lease.into_iter().chain(hold).filter(|at| *at > now).min()
     }
 }
 
@@ -198,7 +261,7 @@ impl RegistrarModeGate {
     /// `Ok` when volmig may create now; else who does.
     pub fn may_create(&self) -> Result<(), NotRegistrar> {
         match self.mode() {
-            RegistrarMode::Own => Ok(()),
+            mode if mode.registers() => Ok(()),
             other => Err(NotRegistrar(other)),
         }
     }

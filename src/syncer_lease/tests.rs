@@ -51,7 +51,7 @@ async fn a_held_lease_is_live_for_one_duration_after_each_renewal_seen() {
     let t0 = Instant::now();
     observer.on_lease(Some(&lease("csi-controller-0", 0, Some(30))), t0);
     assert_eq!(observer.mode(t0), follow("csi-controller-0"));
-    assert_eq!(observer.expires_at(), Some(t0 + Duration::from_secs(30)));
+    assert_eq!(observer.expires_at(t0), Some(t0 + Duration::from_secs(30)));
 
     // The same renewTime seen again later does not extend it (a re-list is no renewal).
     let t20 = t0 + Duration::from_secs(20);
@@ -92,12 +92,12 @@ async fn a_missing_duration_is_the_stock_thirty_seconds() {
     let now = Instant::now();
     observer.on_lease(Some(&lease("csi-controller-0", 0, None)), now);
     assert_eq!(
-        observer.expires_at(),
+        observer.expires_at(now),
         Some(now + DEFAULT_SYNCER_LEASE_DURATION)
     );
     observer.on_lease(Some(&lease("csi-controller-0", 1, Some(0))), now);
     assert_eq!(
-        observer.expires_at(),
+        observer.expires_at(now),
         Some(now + DEFAULT_SYNCER_LEASE_DURATION)
     );
 }
@@ -119,7 +119,7 @@ async fn a_deleted_or_released_lease_ends_follow_at_once() {
     observer.on_lease(Some(&lease("csi-controller-0", 0, Some(30))), now);
     observer.on_lease(None, now);
     assert_eq!(observer.mode(now), RegistrarMode::Own);
-    assert_eq!(observer.expires_at(), None);
+    assert_eq!(observer.expires_at(now), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -140,4 +140,86 @@ async fn the_gate_reads_the_clock_itself() {
         Ok(()),
         "no renewal seen: volmig registers"
     );
+}
+
+fn held(sends_until: Instant) -> HoldPhase {
+    HoldPhase::Held {
+        holder: "volmig/volmig-0".to_owned(),
+        sends_until,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn hold_mode_creates_only_within_the_send_window_of_a_held_lease() {
+    let mut observer = SyncerObserver::default();
+    let t0 = Instant::now();
+    observer.on_lease(None, t0);
+    for waiting in [HoldPhase::Acquiring, HoldPhase::Standby] {
+        observer.set_hold(waiting.clone());
+        assert_eq!(observer.mode(t0), RegistrarMode::Acquiring, "{waiting:?}");
+        assert!(!observer.mode(t0).registers());
+    }
+    let until = t0 + Duration::from_secs(30);
+    observer.set_hold(held(until));
+    assert_eq!(
+        observer.mode(t0),
+        RegistrarMode::Hold {
+            holder: "volmig/volmig-0".to_owned()
+        }
+    );
+    assert!(observer.mode(t0).registers());
+    assert_eq!(observer.expires_at(t0), Some(until));
+    // No renewal written since: the window ends, creates stop before the driver can lead.
+    assert_eq!(observer.mode(until), RegistrarMode::Acquiring);
+    assert_eq!(observer.expires_at(until), None);
+    // Handed over: follow until the driver's syncer has been seen leading, then as usual.
+    observer.set_hold(HoldPhase::HandedOver);
+    assert_eq!(observer.mode(until), follow(HANDED_OVER));
+    observer.on_lease(Some(&lease("csi-controller-0", 0, Some(30))), until);
+    assert_eq!(observer.mode(until), follow("csi-controller-0"));
+    let later = until + Duration::from_secs(30);
+    assert_eq!(
+        observer.mode(later),
+        RegistrarMode::Own,
+        "the driver stopped renewing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hold_mode_follows_a_live_driver_syncer_it_waits_for() {
+    let mut observer = SyncerObserver::default();
+    let t0 = Instant::now();
+    observer.on_lease(Some(&lease("csi-controller-0", 0, Some(30))), t0);
+    observer.set_hold(HoldPhase::Acquiring);
+    assert_eq!(observer.mode(t0), follow("csi-controller-0"));
+    assert!(observer.driver_lease_live(t0));
+    // Handed over: the driver leads, volmig follows it as without hold mode.
+    observer.set_hold(HoldPhase::HandedOver);
+    assert_eq!(observer.mode(t0), follow("csi-controller-0"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_syncer_without_leader_election_is_followed_whatever_the_lease_says() {
+    let mut observer = SyncerObserver::watching_deployment();
+    let now = Instant::now();
+    observer.on_lease(None, now);
+    assert_eq!(
+        observer.mode(now),
+        RegistrarMode::Unknown,
+        "the Deployment is not read yet"
+    );
+    observer.on_deployment(Some("deployment/vsphere-csi-controller".to_owned()));
+    assert_eq!(
+        observer.mode(now),
+        follow("deployment/vsphere-csi-controller")
+    );
+    observer.set_hold(held(now + Duration::from_secs(30)));
+    assert_eq!(
+        observer.mode(now),
+        follow("deployment/vsphere-csi-controller"),
+        "a Lease held by volmig does not stop a syncer that ignores it"
+    );
+    observer.on_deployment(None);
+    observer.set_hold(HoldPhase::Off);
+    assert_eq!(observer.mode(now), RegistrarMode::Own);
 }

@@ -1,21 +1,42 @@
 //! How volmig reaches vCenter, from the flags of `volmig run` and the vSphere CSI driver's
-//! `csi-vsphere.conf` (`--csi-config`, parsed by [`csi`], or `--csi-config-secret`, read
-//! through the API by [`secret`]; docs/design.md §8.5): the configuration supplies URL,
-//! credentials, CA, datacenters and cluster ID; explicit flags override each of them. The
-//! cluster ID is then checked against the CSI driver's at start-up (src/daemon/cluster_id.rs).
+//! `csi-vsphere.conf` (`--csi-config`, parsed by [`crate::credentials::csi`], or
+//! `--csi-config-secret`, read through the API by [`crate::credentials::secret`];
+//! docs/design.md §8.5): the configuration supplies URL, credentials, CA, datacenters and
+//! cluster ID; explicit flags override each of them. The cluster ID is then checked against
+//! the CSI driver's at start-up (src/daemon/cluster_id.rs).
 //! Only the credentials are read again later (at every login); the rest is fixed at start.
 
 use std::path::PathBuf;
 
 use url::Url;
 
-use crate::cli::RunArgs;
-use crate::credentials::CredentialSource;
+use crate::credentials::csi::CsiConfig;
+use crate::credentials::{CredentialSource, secret};
 
-pub mod csi;
-pub mod secret;
-
-use csi::CsiConfig;
+/// The flags of `volmig run` that say how to reach vCenter; the command line builds them
+/// from its arguments (`cli::RunArgs`), so this module knows nothing of the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VcenterFlags {
+    /// `--csi-config`: the driver's `csi-vsphere.conf` file.
+    pub csi_config: Option<PathBuf>,
+    /// `--csi-config-secret`: the Secret holding the driver's `csi-vsphere.conf`.
+    pub csi_config_secret: Option<secret::SecretRef>,
+    /// That Secret's content as the caller read it (and, in the daemon, keeps current):
+    /// [`resolve`] reads nothing from the API itself.
+    pub csi_config_secret_conf: Option<secret::SecretConf>,
+    /// `--vc-url`.
+    pub vc_url: Option<Url>,
+    /// `--vc-credentials-file`.
+    pub vc_credentials_file: Option<PathBuf>,
+    /// `--vc-ca-file`.
+    pub vc_ca_file: Option<PathBuf>,
+    /// `--vc-insecure`.
+    pub vc_insecure: bool,
+    /// `--datacenters`.
+    pub datacenters: Vec<String>,
+    /// `--cluster-id`.
+    pub cluster_id: Option<String>,
+}
 
 /// Everything the CNS backend and the registrar need to know about vCenter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,13 +108,17 @@ pub struct SettingsError(pub String);
 /// Combines the flags with `--csi-config` (read now). Credentials: `--vc-credentials-file`,
 /// else `VOLMIG_VC_USERNAME`/`VOLMIG_VC_PASSWORD` when set, else the CSI config, else
 /// the environment (which then reports what is missing).
-pub fn resolve(args: &RunArgs) -> Result<VcenterSettings, SettingsError> {
+pub fn resolve(args: impl Into<VcenterFlags>) -> Result<VcenterSettings, SettingsError> {
     let env_user = std::env::var_os("VOLMIG_VC_USERNAME").is_some_and(|u| !u.is_empty());
     resolve_with(args, env_user)
 }
 
 /// [`resolve`] with the presence of `VOLMIG_VC_USERNAME` given (for tests).
-pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, SettingsError> {
+pub fn resolve_with(
+    args: impl Into<VcenterFlags>,
+    env_user: bool,
+) -> Result<VcenterSettings, SettingsError> {
+    let args: VcenterFlags = args.into();
     let csi = match (&args.csi_config, &args.csi_config_secret) {
         (Some(path), _) => Some(Csi {
             label: format!("CSI config {}", path.display()),
@@ -102,11 +127,13 @@ pub fn resolve_with(args: &RunArgs, env_user: bool) -> Result<VcenterSettings, S
             config: CsiConfig::load(path).map_err(SettingsError)?,
         }),
         (None, Some(secret)) => {
-            let store = secret::installed(secret).ok_or_else(|| {
-                SettingsError(format!(
-                    "--csi-config-secret {secret} has not been read (only `volmig run` reads it)"
-                ))
-            })?;
+            let store = args
+                .csi_config_secret_conf
+                .clone()
+                .filter(|c| c.secret() == secret)
+                .ok_or_else(|| {
+                    SettingsError(format!("--csi-config-secret {secret} has not been read"))
+                })?;
             let text = store.text().ok_or_else(|| {
                 SettingsError(format!("{} is missing or empty", store.describe()))
             })?;

@@ -3,7 +3,7 @@ use std::path::Path;
 use clap::Parser;
 
 use super::*;
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, RunArgs};
 
 fn args(extra: &[&str]) -> RunArgs {
     let cli = Cli::try_parse_from(["volmig", "run"].iter().chain(extra)).unwrap();
@@ -215,8 +215,10 @@ fn the_csi_config_secret_supplies_everything_and_its_credentials_follow_it() {
     };
     let e = resolve_with(&args(&["--csi-config-secret", "other/secret"]), false).unwrap_err();
     assert!(e.to_string().contains("has not been read"), "{e}");
-    let store = secret::install(secret::SecretConf::new(reference, Some(CONF.to_owned())));
-    let s = resolve_with(&a, false).unwrap();
+    let store = secret::SecretConf::new(reference, Some(CONF.to_owned()));
+    let mut flags = VcenterFlags::from(&a);
+    flags.csi_config_secret_conf = Some(store.clone());
+    let s = resolve_with(flags.clone(), false).unwrap();
     assert_eq!(s.url.as_str(), "https://vc.example.com:8443/sdk");
     assert_eq!(s.datacenters, ["DC1", "DC2"]);
     let Some(id) = s.cluster_id else {
@@ -232,7 +234,7 @@ fn the_csi_config_secret_supplies_everything_and_its_credentials_follow_it() {
     store.set(Some(CONF.replace("\"pw\"", "\"rotated\"")));
     assert_eq!(s.credentials.load().unwrap().password.expose(), "rotated");
     // VOLMIG_VC_USERNAME set: the environment wins, as with --csi-config.
-    let s = resolve_with(&a, true).unwrap();
+    let s = resolve_with(flags, true).unwrap();
     assert_eq!(s.credentials, CredentialSource::Environment);
 }
 

@@ -205,6 +205,18 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.driver.driver_syncer_lease == "csi-syncer",
         ),
         (
+            "driver-deployment",
+            vec!["--set-string", "driver.deployment=csi-controller"],
+            "--driver-deployment=csi-controller",
+            |a| a.driver.driver_deployment == "csi-controller",
+        ),
+        (
+            "hold-driver-syncer",
+            vec!["--set", "driver.holdSyncer=true"],
+            "--hold-driver-syncer",
+            |a| a.hold_driver_syncer,
+        ),
+        (
             "vc-requests-per-second",
             vec!["--set", "vcenter.requestsPerSecond=12.5"],
             "--vc-requests-per-second=12.5",

@@ -445,7 +445,11 @@ fn a_dry_run_release_has_no_leader_alerts() {
     let normal = render(&["--set", "prometheusRule.enabled=true"]);
     assert_eq!(
         leader_alerts(&normal),
-        ["VolmigNoLeader", "VolmigMultipleLeaders"]
+        [
+            "VolmigNoLeader",
+            "VolmigMultipleLeaders",
+            "VolmigRegistrarModeUnknown"
+        ]
     );
     let dry = render(&[
         "--set",

@@ -78,11 +78,13 @@ fn rbac_is_least_privilege_and_commented() {
     assert_eq!(events_binding["roleRef"]["name"], "volmig-events");
     assert_eq!(events_binding["subjects"][0]["name"], "volmig-controller");
     assert_eq!(events_binding["subjects"][0]["namespace"], helm::NAMESPACE);
-    for object in rendered
-        .objects
-        .iter()
-        .filter(|o| o["kind"] != "Role" || o["metadata"]["name"] != "volmig-events")
-    {
+    // Besides the events Role, only the driver-syncer Role grants Events: about the driver's
+    // syncer Lease, which live in the driver's namespace (checked below).
+    for object in rendered.objects.iter().filter(|o| {
+        o["kind"] != "Role"
+            || (o["metadata"]["name"] != "volmig-events"
+                && o["metadata"]["name"] != "volmig-driver-syncer")
+    }) {
         assert!(
             !object["rules"].to_string().contains("\"events\""),
             "{} grants Events outside the events Role",
@@ -137,14 +139,14 @@ fn rbac_is_least_privilege_and_commented() {
         helm::NAMESPACE
     );
 
-    // The CSI driver's namespace, read only and by name: its cluster-ID ConfigMap (read at
-    // every start, docs/design.md §8.5) and its syncer Lease (§8.2); without a syncer
-    // Lease, the ConfigMap alone.
+    // The CSI driver's namespace, by name: its cluster-ID ConfigMap (read at every start,
+    // docs/design.md §8.5), its syncer Lease and controller Deployment (§8.7, read only),
+    // Events on that Lease; without a syncer Lease, the ConfigMap alone.
     let syncer = rendered.get("Role", "volmig-driver-syncer");
     assert_eq!(syncer["metadata"]["namespace"], "vmware-system-csi");
     assert_no_wildcards_or_secrets(&syncer["rules"], "Role volmig-driver-syncer");
     let rules = syncer["rules"].as_array().expect("rules");
-    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(rules.len(), 4, "{rules:?}");
     assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strings(&rules[0]["resources"]), ["configmaps"]);
     assert_eq!(
@@ -156,6 +158,27 @@ fn rbac_is_least_privilege_and_commented() {
     assert_eq!(strings(&rules[1]["resources"]), ["leases"]);
     assert_eq!(strings(&rules[1]["resourceNames"]), ["vsphere-syncer"]);
     assert_eq!(strings(&rules[1]["verbs"]), ["get", "list", "watch"]);
+    assert_eq!(strings(&rules[2]["apiGroups"]), ["events.k8s.io"]);
+    assert_eq!(strings(&rules[2]["verbs"]), ["create", "patch"]);
+    assert_eq!(strings(&rules[3]["apiGroups"]), ["apps"]);
+    assert_eq!(strings(&rules[3]["resources"]), ["deployments"]);
+    assert_eq!(
+        strings(&rules[3]["resourceNames"]),
+        ["vsphere-csi-controller"]
+    );
+    assert_eq!(strings(&rules[3]["verbs"]), ["get", "list", "watch"]);
+    // --hold-driver-syncer: update/patch of that one Lease, and create of Leases (a create
+    // is authorized before the object has a name).
+    let hold = render(&["--set", "driver.holdSyncer=true"]);
+    let hold_rules = hold.get("Role", "volmig-driver-syncer")["rules"].clone();
+    assert_eq!(
+        strings(&hold_rules[1]["verbs"]),
+        ["get", "list", "watch", "update", "patch"]
+    );
+    assert_eq!(strings(&hold_rules[1]["resourceNames"]), ["vsphere-syncer"]);
+    assert_eq!(strings(&hold_rules[2]["resources"]), ["leases"]);
+    assert_eq!(strings(&hold_rules[2]["verbs"]), ["create"]);
+    assert!(hold_rules[2]["resourceNames"].is_null());
     let syncer_binding = rendered.get("RoleBinding", "volmig-driver-syncer");
     assert_eq!(syncer_binding["subjects"][0]["name"], "volmig-controller");
     assert_eq!(syncer_binding["subjects"][0]["namespace"], helm::NAMESPACE);

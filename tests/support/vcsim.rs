@@ -430,6 +430,50 @@ impl Vcsim {
         Duration::from_millis(self.modes().await.fail_task_polls_window_ms)
     }
 
+    /// The next `count` calls of `method` get `answer` instead of the simulator's: `http503`
+    /// (HTTP 503) or `NotAuthenticated` (the SOAP fault of a call without a session; the
+    /// session stays valid, so a re-login works). `method` `"TaskPoll"` names every task
+    /// poll (`RetrievePropertiesEx` etc. on a `Task`). Count 0 turns it off. What was
+    /// answered is counted by [`Vcsim::injected`].
+    pub async fn fail_calls(&self, method: &str, count: u32, answer: &str) {
+        self.patch_modes(serde_json::json!({
+            "failCalls": { method: { "count": count, "answer": answer } }
+        }))
+        .await;
+    }
+
+    /// The replies of `method` (`"TaskPoll"`: task polls) are held `d` after the simulator
+    /// answered (a create's task already runs meanwhile); zero turns it off. Counted by
+    /// [`Vcsim::delayed`].
+    pub async fn delay_replies(&self, method: &str, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.patch_modes(serde_json::json!({ "replyDelaysMs": { method: ms } }))
+            .await;
+    }
+
+    /// Calls of `method` answered with an injected failure ([`Vcsim::fail_calls`]) since
+    /// start or `reset_stats`.
+    pub async fn injected(&self, method: &str) -> u64 {
+        self.raw_stats().await["injected"][method]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Replies of `method` held back ([`Vcsim::delay_replies`]) since start or `reset_stats`.
+    pub async fn delayed(&self, method: &str) -> u64 {
+        self.raw_stats().await["delayed"][method]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    async fn raw_stats(&self) -> serde_json::Value {
+        let (status, text) = self
+            .admin_request(reqwest::Method::GET, "/stats", None)
+            .await;
+        assert_eq!(status, 200, "vcsim admin: stats: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("vcsim admin: stats {text:?}: {e}"))
+    }
+
     /// Reports another vCenter release: `6.5`, `6.7.3`, `6.7U3l`, `7.0.0`, `7.0.3`, `8.0.3`.
     pub async fn set_vcenter_version(&self, version: &str) {
         self.patch_modes(serde_json::json!({ "vcenterVersion": version }))

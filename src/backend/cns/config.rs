@@ -1,56 +1,17 @@
-//! How to reach and log in to vCenter: [`CnsConfig`] and the [`Password`] that never prints.
+//! How to reach and log in to vCenter: [`CnsConfig`] (its [`Password`] never prints).
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use url::Url;
+
+use crate::credentials::Password;
 
 /// The default time limit of one SOAP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default of [`CnsConfig::task_timeout`].
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// A password that never shows up in logs: `Debug` and `Display` print `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// Wraps a password.
-    pub fn new(password: impl Into<String>) -> Self {
-        Self(password.into())
-    }
-
-    /// The password itself, for the login request only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl From<String> for Password {
-    fn from(value: String) -> Self {
-        Self(value)
-    }
-}
-
-impl From<&str> for Password {
-    fn from(value: &str) -> Self {
-        Self(value.to_owned())
-    }
-}
 
 /// How to reach and log in to vCenter.
 #[derive(Debug, Clone)]

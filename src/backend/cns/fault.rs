@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::{BackendError, ErrorClass};
 
-use super::soap::Fault;
+use super::soap::{Fault, printable};
 
 /// Fault names volmig synthesizes itself (no server fault behind them).
 pub(crate) mod names {
@@ -123,31 +123,6 @@ pub(crate) fn content_type(
             printable(content_type, 100)
         ),
     )
-}
-
-/// A backend error for a body over [`super::transport::MAX_RESPONSE_BYTES`].
-pub(crate) fn too_large(operation: &'static str, url: &str, declared: Option<u64>) -> BackendError {
-    let limit = super::transport::MAX_RESPONSE_BYTES;
-    let size = declared.map_or_else(
-        || format!("more than {limit} bytes (stopped reading there)"),
-        |n| format!("{n} bytes (Content-Length; not read)"),
-    );
-    BackendError::new(
-        ErrorClass::Transient,
-        operation,
-        names::TOO_LARGE,
-        format!("answer from {url} is too large: {size}; volmig reads at most {limit} bytes"),
-    )
-}
-
-/// `text` without control characters, cut to `max` characters (for server-chosen strings
-/// in messages).
-pub(crate) fn printable(text: &str, max: usize) -> String {
-    let mut out: String = text.chars().filter(|c| !c.is_control()).take(max).collect();
-    if text.chars().filter(|c| !c.is_control()).nth(max).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 /// A backend error for an unparsable answer.

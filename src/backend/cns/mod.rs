@@ -59,7 +59,7 @@ mod volumes;
 mod vslm;
 
 pub use about::{ApiVersion, VcenterVersion};
-pub use config::{CnsConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_USER_AGENT, Password};
+pub use config::{CnsConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_USER_AGENT};
 use fault::names;
 use inventory::Inventory;
 use session::SoapClient;
@@ -234,6 +234,7 @@ mod tests {
     use url::Url;
 
     use super::*;
+    use crate::credentials::Password;
 
     #[test]
     fn the_password_never_prints() {

@@ -10,8 +10,8 @@ use url::Url;
 
 use crate::backend::on_demand::INVALID_LOGIN;
 use crate::backend::{BackendError, ErrorClass};
+use crate::credentials::Password;
 
-use super::Password;
 use super::fault::{self, names};
 use super::soap::{self, MoRef, ResponseError, Returnval, VIM_NS, envelope, method_xml};
 use super::transport::{Endpoint, SESSION_COOKIE, Transport};

@@ -332,7 +332,7 @@ pub(crate) fn check_xml(xml: &str) -> Result<(), String> {
                 return Err(format!(
                     "malformed XML at byte {}: {}",
                     reader.error_position(),
-                    crate::backend::cns::fault::printable(&e.to_string(), 200)
+                    printable(&e.to_string(), 200)
                 ));
             }
         }
@@ -346,6 +346,16 @@ pub(crate) fn check_xml(xml: &str) -> Result<(), String> {
         return Err("no XML element in the answer".to_owned());
     }
     Ok(())
+}
+
+/// `text` without control characters, cut to `max` characters (for server-chosen strings
+/// in messages).
+pub(crate) fn printable(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().filter(|c| !c.is_control()).take(max).collect();
+    if text.chars().filter(|c| !c.is_control()).nth(max).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]

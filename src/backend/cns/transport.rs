@@ -229,6 +229,21 @@ fn is_xml_content_type(content_type: &str) -> bool {
     )
 }
 
+/// A backend error for a body over [`MAX_RESPONSE_BYTES`].
+fn too_large(operation: &'static str, url: &str, declared: Option<u64>) -> BackendError {
+    let limit = MAX_RESPONSE_BYTES;
+    let size = declared.map_or_else(
+        || format!("more than {limit} bytes (stopped reading there)"),
+        |n| format!("{n} bytes (Content-Length; not read)"),
+    );
+    BackendError::new(
+        ErrorClass::Transient,
+        operation,
+        names::TOO_LARGE,
+        format!("answer from {url} is too large: {size}; volmig reads at most {limit} bytes"),
+    )
+}
+
 /// Reads the body, at most [`MAX_RESPONSE_BYTES`]: a larger `Content-Length` is refused
 /// before reading, a longer stream is cut off as soon as it passes the bound.
 async fn read_body(
@@ -240,7 +255,7 @@ async fn read_body(
     if let Some(length) = response.content_length()
         && length > MAX_RESPONSE_BYTES as u64
     {
-        return Err(fault::too_large(operation, url, Some(length)));
+        return Err(too_large(operation, url, Some(length)));
     }
     let capacity = response.content_length().map_or(0, |l| {
         usize::try_from(l).unwrap_or(0).min(MAX_RESPONSE_BYTES)
@@ -248,7 +263,7 @@ async fn read_body(
     let mut body: Vec<u8> = Vec::with_capacity(capacity);
     while let Some(chunk) = response.chunk().await.map_err(transport)? {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(fault::too_large(operation, url, None));
+            return Err(too_large(operation, url, None));
         }
         body.extend_from_slice(&chunk);
     }

@@ -22,6 +22,7 @@ use crate::backend::{BackendError, list_all_volumes};
 use crate::k8s::paged::{PvPath, for_each_item_page};
 use crate::volume_path::VolumePath;
 
+mod driver_repairs;
 pub mod plan;
 mod repair;
 

@@ -118,6 +118,16 @@ pub enum Repair {
         /// The path.
         path: VolumePath,
     },
+    /// The CSI driver's cache maps the path to a live volume of another disk (a hand-made
+    /// or stale object): never adopted; reported.
+    ForeignDriverId {
+        /// The path.
+        path: VolumePath,
+        /// The ID the driver's object holds.
+        driver_id: String,
+        /// The disk that volume backs.
+        other_disk: VolumePath,
+    },
     /// A volmig-named CNS volume of this cluster alone that nothing references.
     Orphan {
         /// CNS volume ID.
@@ -140,6 +150,7 @@ impl Repair {
             | Repair::Duplicates { path, .. }
             | Repair::AdoptDriverId { path, .. }
             | Repair::Protect { path, .. }
+            | Repair::ForeignDriverId { path, .. }
             | Repair::DeleteMigration { path, .. } => Some(path),
             Repair::Orphan { path, .. } => path.as_ref(),
             Repair::SetPvs { .. } => None,
@@ -159,6 +170,7 @@ impl Repair {
             Repair::AdoptDriverId { .. } => "adopt_driver_id",
             Repair::Protect { .. } => "protect",
             Repair::DeleteMigration { .. } => "delete_migration",
+            Repair::ForeignDriverId { .. } => "foreign_driver_id",
             Repair::Orphan { .. } => "orphan",
         }
     }
@@ -214,11 +226,14 @@ pub struct PassInputs<'a> {
     pub driver_ids: &'a HashMap<VolumePath, Vec<String>>,
 }
 
-/// The ID the CSI driver's cache holds for `path` that still exists in CNS (the smallest,
-/// for determinism, when it holds several).
+/// The ID the CSI driver's cache holds for `path` that still exists in CNS and is not
+/// known to back another disk (a hand-made or stale object must not move the path to
+/// another disk's volume, docs/design.md §8.2); the smallest, for determinism, when it
+/// holds several.
 fn live_driver_id<'a>(
     inputs: &'a PassInputs<'_>,
     live: &HashSet<&str>,
+    disk_of: &HashMap<&str, &VolumePath>,
     path: &VolumePath,
 ) -> Option<&'a str> {
     inputs
@@ -226,8 +241,26 @@ fn live_driver_id<'a>(
         .get(path)?
         .iter()
         .filter(|id| live.contains(id.as_str()))
+        .filter(|id| disk_of.get(id.as_str()).is_none_or(|disk| *disk == path))
         .map(String::as_str)
         .min()
+}
+
+/// The IDs the CSI driver's cache holds for `path` whose live volume backs another disk.
+fn foreign_driver_ids<'a>(
+    inputs: &'a PassInputs<'_>,
+    live: &HashSet<&str>,
+    disk_of: &HashMap<&str, &'a VolumePath>,
+    path: &VolumePath,
+) -> Vec<(&'a str, &'a VolumePath)> {
+    let Some(ids) = inputs.driver_ids.get(path) else {
+        return Vec::new();
+    };
+    ids.iter()
+        .filter(|id| live.contains(id.as_str()))
+        .filter_map(|id| Some((id.as_str(), *disk_of.get(id.as_str())?)))
+        .filter(|(_, disk)| *disk != path)
+        .collect()
 }
 
 /// Why the status ID `id` of `path` is not this path's CNS volume, if it is not: no live
@@ -326,7 +359,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         match (&m.phase, &m.volume_id) {
             (Some(Phase::Registered), Some(id)) if wrong.is_some() => {
                 let own = volumes_by_path.get(path).map(Vec::as_slice).unwrap_or(&[]);
-                let right = live_driver_id(inputs, &live_ids, path)
+                let right = live_driver_id(inputs, &live_ids, &disk_of, path)
                     .filter(|d| own.iter().any(|v| v.id.0 == *d))
                     .map(str::to_owned)
                     .or_else(|| oldest_of(own));
@@ -351,7 +384,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
                 });
             }
             (Some(Phase::Registered), Some(id)) => {
-                if let Some(driver_id) = live_driver_id(inputs, &live_ids, path)
+                if let Some(driver_id) = live_driver_id(inputs, &live_ids, &disk_of, path)
                     && driver_id != id
                 {
                     push(Repair::AdoptDriverId {
@@ -368,6 +401,13 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             }
             _ => push(Repair::Retry(path.clone())),
         }
+        for (driver_id, other) in foreign_driver_ids(inputs, &live_ids, &disk_of, path) {
+            push(Repair::ForeignDriverId {
+                path: path.clone(),
+                driver_id: driver_id.to_owned(),
+                other_disk: other.clone(),
+            });
+        }
     }
     by_pv_path.sort_by(|a, b| a.0.cmp(b.0));
     out.repairs
@@ -382,7 +422,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             out.duplicate_disks += 1;
             let owned: Vec<CnsVolume> = volumes.iter().map(|v| (*v).clone()).collect();
             // The driver's ID wins, then the one in status, then the oldest.
-            let keep = live_driver_id(inputs, &live_ids, path)
+            let keep = live_driver_id(inputs, &live_ids, &disk_of, path)
                 .map(str::to_owned)
                 .or_else(|| {
                     m.volume_id

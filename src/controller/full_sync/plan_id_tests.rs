@@ -60,6 +60,36 @@ fn the_drivers_id_wins_over_the_status_and_the_other_is_a_duplicate() {
     assert!(out.repairs.is_empty(), "{:?}", out.repairs);
 }
 
+/// A driver object (hand-made or stale) that maps path 1 to the volume of path 2: never
+/// adopted, pass after pass; path 1 keeps its own ID (no flip back and forth), and the
+/// object is reported.
+#[test]
+fn a_driver_id_of_another_disks_volume_is_never_adopted() {
+    let driver: HashMap<VolumePath, Vec<String>> = [(p(1), vec!["two".to_owned()])].into();
+    let migrations = [
+        migration(1, Some(Phase::Registered), Some("one"), &["pv-1"]),
+        migration(2, Some(Phase::Registered), Some("two"), &["pv-2"]),
+    ];
+    let volumes = [volume("one", 1, 1), volume("two", 2, 2)];
+    let out = plan(&PassInputs {
+        pvs: &pvs(&[(1, &["pv-1"]), (2, &["pv-2"])]),
+        migrations: &migrations,
+        volumes: &volumes,
+        absent_before: &HashSet::new(),
+        gc_orphans: false,
+        cluster_id: CLUSTER,
+        driver_ids: &driver,
+    });
+    assert_eq!(
+        out.repairs,
+        [Repair::ForeignDriverId {
+            path: p(1),
+            driver_id: "two".into(),
+            other_disk: p(2),
+        }]
+    );
+}
+
 #[test]
 fn a_garbage_status_id_is_restored_from_cns_never_registered_again() {
     let out = run(

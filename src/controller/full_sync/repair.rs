@@ -54,7 +54,7 @@ pub enum RepairError {
 }
 
 impl FullSync {
-    fn cached(&self, name: &str) -> Option<Arc<VolumeMigration>> {
+    pub(super) fn cached(&self, name: &str) -> Option<Arc<VolumeMigration>> {
         self.migrations.get(name).map(Arc::new)
     }
 
@@ -68,7 +68,14 @@ impl FullSync {
         if !self.may_write() {
             return None;
         }
-        let span = info_span!("repair", kind = repair.kind());
+        // One vmdk's story in the logs: the same `vmdk` span as its reconciles.
+        let path = repair.path().map(ToString::to_string);
+        let vmdk = info_span!(
+            "vmdk",
+            path = path.as_deref(),
+            object = tracing::field::Empty
+        );
+        let span = info_span!(parent: &vmdk, "repair", kind = repair.kind());
         match self.repair_one(repair, pvs).instrument(span).await {
             Ok(()) => Some(true),
             Err(e) => {
@@ -174,6 +181,15 @@ impl FullSync {
                         source,
                     })
             }
+            Repair::ForeignDriverId {
+                path,
+                driver_id,
+                other_disk,
+            } => {
+                self.report_foreign_driver_id(path, driver_id, other_disk)
+                    .await;
+                Ok(())
+            }
             Repair::Orphan { id, path, collect } => {
                 ctx.metrics.full_sync_action(SyncAction::Orphan, 1);
                 if *collect {
@@ -189,12 +205,14 @@ impl FullSync {
 
     async fn reregister(&self, path: &VolumePath, missing_id: &str) -> Result<(), RepairError> {
         let missing = VolumeId::from(missing_id);
-        let registration = self
-            .ctx
-            .registrar
-            .reregister(path, &missing)
-            .await
-            .map_err(RepairError::Register)?;
+        let registration = match self.ctx.registrar.reregister(path, &missing).await {
+            Ok(registration) => registration,
+            // Following the CSI driver: it registers the path again, once its cache misses.
+            Err(RegisterError::NotRegistrar { .. }) => {
+                return self.withdraw_dead_id(path, &missing).await;
+            }
+            Err(e) => return Err(RepairError::Register(e)),
+        };
         if registration.volume_id != missing
             && let Some(vm) = self.cached(&path.object_name())
         {

@@ -342,7 +342,7 @@ fn label_values_are_unique_snake_case() {
     let registration: BTreeSet<_> = RegistrationResult::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(registration.len(), 5);
     let actions: BTreeSet<_> = SyncAction::ALL.iter().map(|a| a.as_str()).collect();
-    assert_eq!(actions.len(), 8);
+    assert_eq!(actions.len(), 9);
     let backend: BTreeSet<_> = BackendResult::ALL.iter().map(|b| b.as_str()).collect();
     assert_eq!(backend.len(), 5);
 }
@@ -416,6 +416,12 @@ fn driver_objects_missing_is_set() {
 
 #[test]
 fn reconcile_failures_count_by_reason() {
+    let ours: Vec<&str> = ReconcileFailure::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        ours,
+        crate::controller::Error::METRIC_LABELS,
+        "one list of reasons"
+    );
     let m = Metrics::new();
     for label in crate::controller::Error::METRIC_LABELS {
         assert_eq!(

@@ -442,7 +442,13 @@ func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Ha
 		serveHostile(rec, flush, r, method, hm)
 		return
 	}
-	if isTaskPoll(method, body) && h.modes.failPoll() {
+	taskPoll := isTaskPoll(method, body)
+	if answer, ok := h.modes.injectedFailure(method, taskPoll); ok {
+		h.stats.inject(method)
+		serveInjected(rec, answer)
+		return
+	}
+	if taskPoll && h.modes.failPoll() {
 		http.Error(rec, "503 Service Unavailable (vcsim-harness: failing task polls)", http.StatusServiceUnavailable)
 		return
 	}
@@ -462,7 +468,12 @@ func (h *harness) serveSOAP(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		panic(http.ErrAbortHandler) // no hijacking (HTTP/2): abort the stream instead
 	}
-	next.ServeHTTP(rec, r)
+	if d := h.modes.replyDelay(method, taskPoll); d > 0 {
+		h.stats.delay(method)
+		serveHeld(rec, r, next, d)
+	} else {
+		next.ServeHTTP(rec, r)
+	}
 	if method == "Login" && rec.status == http.StatusOK {
 		h.rememberSession(rec.Header())
 	}

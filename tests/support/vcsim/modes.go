@@ -80,6 +80,8 @@ type modes struct {
 	vslmSetFlagsIgnored bool
 	// Hostile answers and certificates (hostile.go).
 	hostile hostileModes
+	// Injected failures and held replies per method (injected.go).
+	injected injectedModes
 }
 
 // modesJSON is GET/POST /debug/modes. On POST every field is optional.
@@ -94,6 +96,7 @@ type modesJSON struct {
 	AboutBuild            string  `json:"aboutBuild,omitempty"`
 	VslmSetFlagsIgnored   *bool   `json:"vslmSetFlagsIgnored,omitempty"`
 	hostileJSON
+	injectedJSON
 }
 
 func (m *modes) snapshot() modesJSON {
@@ -116,6 +119,7 @@ func (m *modes) snapshot() modesJSON {
 		AboutBuild:            m.version.Build,
 		VslmSetFlagsIgnored:   &ignored,
 		hostileJSON:           m.hostile.toJSON(),
+		injectedJSON:          m.injected.toJSON(),
 	}
 }
 
@@ -188,6 +192,9 @@ func (h *harness) patchModes(p modesJSON) error {
 	if err := p.hostileJSON.validate(); err != nil {
 		return err
 	}
+	if err := p.injectedJSON.validate(); err != nil {
+		return err
+	}
 	if p.VcenterVersion != nil {
 		v, err := findVersion(*p.VcenterVersion)
 		if err != nil {
@@ -224,6 +231,7 @@ func (h *harness) patchModes(p modesJSON) error {
 		m.vslmSetFlagsIgnored = *p.VslmSetFlagsIgnored
 	}
 	m.hostile.apply(p.hostileJSON)
+	m.injected.apply(p.injectedJSON)
 	return nil
 }
 

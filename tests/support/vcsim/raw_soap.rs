@@ -32,6 +32,16 @@ pub fn task_state(xml: &str) -> Option<String> {
     Some(value.trim().to_string())
 }
 
+/// The existing volume ID named by a `CnsAlreadyRegisteredFault` in a create's task
+/// result, if the text holds one.
+pub fn already_registered_id(text: &str) -> Option<String> {
+    let rest = &text[text.find("CnsAlreadyRegisteredFault")?..];
+    xml_texts(rest, "id")
+        .into_iter()
+        .map(|id| id.trim().to_string())
+        .find(|id| !id.is_empty())
+}
+
 /// Escapes text for an XML element.
 pub fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -214,7 +224,9 @@ impl RawSoap {
     }
 
     /// Registers a vmdk with `CnsCreateVolume` as any client could (bypassing volmig) and
-    /// returns the new volume ID; panics when the create fails (see `try_create_volume`).
+    /// returns the new volume ID, or the existing one when CNS answers
+    /// `CnsAlreadyRegisteredFault` (as the CSI driver's `CreateVolume` does); panics when
+    /// the create fails otherwise (see `try_create_volume`).
     pub async fn create_volume(
         &self,
         name: &str,
@@ -223,9 +235,85 @@ impl RawSoap {
         file_path: &str,
         cluster_id: &str,
     ) -> String {
-        self.try_create_volume(name, dc_path, datastore, file_path, cluster_id)
+        match self
+            .try_create_volume(name, dc_path, datastore, file_path, cluster_id)
             .await
-            .unwrap_or_else(|e| panic!("raw SOAP: {e}"))
+        {
+            Ok(id) => id,
+            Err(e) => already_registered_id(&e).unwrap_or_else(|| panic!("raw SOAP: {e}")),
+        }
+    }
+
+    /// `CnsDeleteVolume` of one ID (`deleteDisk` as given) and waits for its task: `Ok` when
+    /// the volume result carries no fault, else the task result (an unknown ID: `NotFound`).
+    pub async fn delete_volume(&self, id: &str, delete_disk: bool) -> Result<(), String> {
+        let body = format!(
+            "<CnsDeleteVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+             cns-volume-manager</_this><volumeIds><id>{}</id></volumeIds><deleteDisk>{}\
+             </deleteDisk></CnsDeleteVolume>",
+            xml_escape(id),
+            delete_disk
+        );
+        let (status, text) = self
+            .try_call("/vsanHealth", &body)
+            .await
+            .map_err(|e| format!("CnsDeleteVolume: {e}"))?;
+        let task = text
+            .split("<returnval type=\"Task\">")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .map(str::to_string)
+            .ok_or_else(|| format!("CnsDeleteVolume: HTTP {status}, no task: {text}"))?;
+        let result = self
+            .wait_task(&task, std::time::Duration::from_secs(60))
+            .await;
+        if result.contains("<fault") || task_state(&result).as_deref() != Some("success") {
+            return Err(format!("CnsDeleteVolume {id}: task {task}: {result}"));
+        }
+        Ok(())
+    }
+
+    /// The IDs of every CNS volume whose container clusters include `cluster_id`
+    /// (`CnsQueryVolume` with `containerClusterIds`, every page), as the driver's
+    /// `QueryAllVolumesForCluster` asks.
+    pub async fn volume_ids_for_cluster(&self, cluster_id: &str) -> Result<Vec<String>, String> {
+        let mut ids = Vec::new();
+        let mut offset = 0_u64;
+        loop {
+            let body = format!(
+                "<CnsQueryVolume xmlns=\"urn:vsan\"><_this type=\"CnsVolumeManager\">\
+                 cns-volume-manager</_this><filter><containerClusterIds>{}\
+                 </containerClusterIds><cursor><offset>{offset}</offset><limit>100</limit>\
+                 </cursor></filter></CnsQueryVolume>",
+                xml_escape(cluster_id)
+            );
+            let (status, text) = self
+                .try_call("/vsanHealth", &body)
+                .await
+                .map_err(|e| format!("CnsQueryVolume: {e}"))?;
+            if status != 200 {
+                return Err(format!("CnsQueryVolume: HTTP {status}: {text}"));
+            }
+            let page: Vec<String> = text
+                .split("<volumeId>")
+                .skip(1)
+                .filter_map(|rest| xml_texts(rest, "id").into_iter().next())
+                .collect();
+            let next = xml_texts(&text, "offset")
+                .last()
+                .and_then(|o| o.trim().parse::<u64>().ok());
+            let total = xml_texts(&text, "totalRecords")
+                .last()
+                .and_then(|t| t.trim().parse::<u64>().ok());
+            let empty = page.is_empty();
+            ids.extend(page);
+            match (next, total) {
+                (Some(next), Some(total)) if !empty && next > offset && next < total => {
+                    offset = next;
+                }
+                _ => return Ok(ids),
+            }
+        }
     }
 
     /// `CnsCreateVolume` of `[datastore] file_path` in datacenter `dc_path` (inventory path
@@ -271,6 +359,26 @@ impl RawSoap {
             xml_escape(&url)
         );
         self.start_create(name, cluster_id, &backing).await
+    }
+
+    /// `CnsCreateVolume` of a vmdk named by `url` exactly as given (the CSI driver builds it
+    /// without escaping the file path): the new volume ID, the existing one when CNS answers
+    /// `CnsAlreadyRegisteredFault`, else the task result holding the fault.
+    pub async fn create_volume_by_url(
+        &self,
+        name: &str,
+        url: &str,
+        cluster_id: &str,
+    ) -> Result<String, String> {
+        let backing = format!(
+            "<backingDiskUrlPath>{}</backingDiskUrlPath>",
+            xml_escape(url)
+        );
+        let task = self.start_create(name, cluster_id, &backing).await?;
+        match self.volume_of_task(&task).await {
+            Ok(id) => Ok(id),
+            Err(e) => already_registered_id(&e).ok_or(e),
+        }
     }
 
     /// Sends `CnsCreateVolume` for an FCD (`backingDiskId`) and returns the task ID.

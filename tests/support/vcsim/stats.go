@@ -18,6 +18,8 @@ type stats struct {
 	byUA        map[string]map[string]int
 	faultsByUA  map[string]map[string]int
 	dropped     map[string]int
+	injected    map[string]int
+	delayed     map[string]int
 }
 
 // statsSnapshot is the JSON of GET /debug/stats.
@@ -32,6 +34,10 @@ type statsSnapshot struct {
 	FaultsByUserAgent map[string]map[string]int `json:"faultsByUserAgent"`
 	// Dropped counts calls whose reply the harness dropped (-drop-create-replies).
 	Dropped map[string]int `json:"dropped"`
+	// Injected counts calls answered with an injected failure (failCalls, injected.go).
+	Injected map[string]int `json:"injected"`
+	// Delayed counts replies held (replyDelaysMs, injected.go).
+	Delayed map[string]int `json:"delayed"`
 }
 
 func newStats() *stats {
@@ -49,6 +55,8 @@ func (s *stats) reset() {
 	s.byUA = map[string]map[string]int{}
 	s.faultsByUA = map[string]map[string]int{}
 	s.dropped = map[string]int{}
+	s.injected = map[string]int{}
+	s.delayed = map[string]int{}
 	s.maxInFlight = map[string]int{}
 	for k, v := range s.inFlight {
 		if v > 0 {
@@ -85,6 +93,8 @@ func (s *stats) snapshot() statsSnapshot {
 		CallsByUserAgent:  ua,
 		FaultsByUserAgent: fua,
 		Dropped:           cp(s.dropped),
+		Injected:          cp(s.injected),
+		Delayed:           cp(s.delayed),
 	}
 }
 
@@ -116,6 +126,20 @@ func (s *stats) end(method, ua string, status int, dropped bool) {
 		}
 		s.faultsByUA[ua][method]++
 	}
+}
+
+// inject counts a call answered with an injected failure.
+func (s *stats) inject(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.injected[method]++
+}
+
+// delay counts a reply held back.
+func (s *stats) delay(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delayed[method]++
 }
 
 type statusRecorder struct {

@@ -1,11 +1,44 @@
-//! The one backoff of the crate: capped exponential delays with optional jitter, used by
-//! the registrar (in-call retries), the controller (requeue times) and leader election
-//! (watch and renewal retries, through kube-runtime's [`Backoff`] trait).
+//! Every delay before volmig tries something again, in one place (docs/design.md §4.6):
+//! the one backoff ([`RetryPolicy`], capped exponential delays with optional jitter, used by
+//! the registrar's in-call retries, the controller's requeues and leader election's watch
+//! and renewal retries through kube-runtime's [`Backoff`] trait), the fixed requeue delays
+//! of the controller and the registrar, and [`Requeue`], what a failure leads to
+//! (`k8s::error_class::after_kube_error` for a failed Kubernetes call). It imports nothing
+//! from the crate.
 
 use std::time::Duration;
 
 use kube::runtime::utils::Backoff;
 use rand::Rng;
+
+/// How soon a reconciliation that failed for a transient reason runs again.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);
+
+/// How soon to run a name again after its work panicked.
+pub const PANIC_REQUEUE: Duration = Duration::from_secs(5);
+
+/// How soon to look again at an object whose deletion waits for a create in flight.
+pub const DELETION_WAIT: Duration = Duration::from_secs(5);
+
+/// How soon to look again before the PV index holds every PV.
+pub const INDEX_WAIT: Duration = Duration::from_millis(500);
+
+/// How soon the registrar looks again for a volume another registration of the same disk
+/// (a create in flight) may still produce (`RegistrarConfig::adoption_poll`).
+pub const DEFAULT_ADOPTION_POLL: Duration = Duration::from_secs(5);
+
+/// How soon the registrar looks again for the volume the CSI driver's syncer registers
+/// while volmig follows it (`RegistrarConfig::follow_poll`).
+pub const DEFAULT_FOLLOW_POLL: Duration = Duration::from_secs(15);
+
+/// What to do after a failed action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// Nothing changes by retrying: wait for a change of the object (or the next full sync).
+    AwaitChange,
+    /// Run again after this delay.
+    After(Duration),
+}
 
 /// How often and how patiently to retry transient failures.
 #[derive(Debug, Clone, Copy, PartialEq)]

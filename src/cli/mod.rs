@@ -112,6 +112,15 @@ pub struct KubeArgs {
     pub kube_request_timeout: Duration,
 }
 
+impl From<&KubeArgs> for crate::k8s::client::KubeConnection {
+    fn from(args: &KubeArgs) -> Self {
+        Self {
+            kubeconfig: args.kubeconfig.clone(),
+            request_timeout: args.kube_request_timeout,
+        }
+    }
+}
+
 /// What to do when no PV references a registered vmdk any longer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnPvDelete {
@@ -126,6 +135,22 @@ impl From<OnPvDelete> for crate::controller::PvDeletePolicy {
         match value {
             OnPvDelete::Unregister => Self::Unregister,
             OnPvDelete::Keep => Self::Keep,
+        }
+    }
+}
+
+impl From<&RunArgs> for crate::vcenter_config::VcenterFlags {
+    fn from(args: &RunArgs) -> Self {
+        Self {
+            csi_config: args.csi_config.clone(),
+            csi_config_secret: args.csi_config_secret.clone(),
+            csi_config_secret_conf: None,
+            vc_url: args.vc_url.clone(),
+            vc_credentials_file: args.vc_credentials_file.clone(),
+            vc_ca_file: args.vc_ca_file.clone(),
+            vc_insecure: args.vc_insecure,
+            datacenters: args.datacenters.clone(),
+            cluster_id: args.cluster_id.clone(),
         }
     }
 }
@@ -198,10 +223,10 @@ pub struct RunArgs {
     /// login); without a value, the driver's vmware-system-csi/vsphere-config-secret.
     /// Excludes --csi-config and --vc-credentials-file (docs/design.md §8.5).
     #[arg(long, env = "VOLMIG_CSI_CONFIG_SECRET", num_args = 0..=1,
-          default_missing_value = crate::vcenter_config::secret::DEFAULT_SECRET,
-          value_parser = crate::vcenter_config::secret::parse_ref,
+          default_missing_value = crate::credentials::secret::DEFAULT_SECRET,
+          value_parser = crate::credentials::secret::parse_ref,
           conflicts_with_all = ["csi_config", "vc_credentials_file"])]
-    pub csi_config_secret: Option<crate::vcenter_config::secret::SecretRef>,
+    pub csi_config_secret: Option<crate::credentials::secret::SecretRef>,
 
     /// vCenter SDK URL, e.g. https://vc.example/sdk (https only). Required unless
     /// --csi-config names the vCenter.
@@ -271,6 +296,13 @@ pub struct RunArgs {
     /// Where the vSphere CSI driver runs.
     #[command(flatten)]
     pub driver: DriverArgs,
+
+    /// Hold the CSI driver syncer's Lease (docs/design.md §8.2): the leading replica takes it
+    /// (waiting while the driver's syncer holds it live), so the driver registers nothing
+    /// on a miss; when every in-tree path is Registered and published it releases the Lease
+    /// and follows the driver. For migrations before the driver runs.
+    #[arg(long, env = "VOLMIG_HOLD_DRIVER_SYNCER")]
+    pub hold_driver_syncer: bool,
 
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
@@ -381,117 +413,25 @@ pub struct ReportArgs {
     pub driver: DriverArgs,
 }
 
-/// Where the vSphere CSI driver runs (`volmig run` and `volmig report`, docs/design.md §8).
-#[derive(Debug, Clone, Args)]
-pub struct DriverArgs {
-    /// Namespace of the vSphere CSI driver (where its syncer's Lease and its cluster-ID
-    /// ConfigMap `vsphere-csi-cluster-id` live).
-    #[arg(
-        long,
-        env = "VOLMIG_DRIVER_NAMESPACE",
-        default_value = "vmware-system-csi",
-        value_parser = clap::builder::NonEmptyStringValueParser::new()
-    )]
-    pub driver_namespace: String,
-
-    /// The Lease the CSI driver's syncer leads with. While another holder renews it, the
-    /// driver registers in-tree vmdks itself and volmig creates nothing (it adopts); an
-    /// empty value never follows the driver (only where no driver syncer runs).
-    #[arg(
-        long,
-        env = "VOLMIG_DRIVER_SYNCER_LEASE",
-        default_value = "vsphere-syncer"
-    )]
-    pub driver_syncer_lease: String,
-}
-
-impl DriverArgs {
-    /// The driver syncer's Lease to follow.
-    pub fn syncer_lease(&self) -> crate::syncer_lease::SyncerLeaseConfig {
-        crate::syncer_lease::SyncerLeaseConfig {
-            namespace: self.driver_namespace.clone(),
-            lease_name: self.driver_syncer_lease.clone(),
+impl ReportArgs {
+    /// What the report reads and prints, as these flags ask.
+    pub fn options(&self) -> crate::report::ReportOptions {
+        crate::report::ReportOptions {
+            output: self.output,
+            require_driver_cache: self.require_driver_cache,
+            not_ready: self.not_ready,
+            syncer: self.driver.syncer_lease(),
         }
     }
 }
 
-/// Highest accepted `--vc-requests-per-second`.
-pub const MAX_REQUESTS_PER_SECOND: f64 = 10_000.0;
+mod driver;
+mod parse;
 
-/// Parses `--vc-requests-per-second`: a finite number above 0 and at most
-/// [`MAX_REQUESTS_PER_SECOND`] (the rate limiter spaces calls by its inverse).
-pub fn parse_requests_per_second(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))?;
-    if !value.is_finite() || value <= 0.0 || value > MAX_REQUESTS_PER_SECOND {
-        return Err(format!(
-            "{text:?}: must be a number above 0 and at most {MAX_REQUESTS_PER_SECOND}"
-        ));
-    }
-    // Spacing below a microsecond-per-call is meaningless; tiny rates would make the
-    // limiter wait for ages (or overflow): at least one call every hour.
-    if value < 1.0 / 3600.0 {
-        return Err(format!(
-            "{text:?}: too small; at least one request per hour (0.0003) is needed"
-        ));
-    }
-    Ok(value)
-}
-
-/// Parses `--vc-url`: an `https` URL with a host. Plain `http` is refused: volmig would
-/// send the vCenter password unencrypted. So is a URL with a user or password in it
-/// (`https://user:password@vc/sdk`); the error shows neither.
-pub fn parse_vc_url(text: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
-    crate::vcenter_config::check_url(&url)?;
-    Ok(url)
-}
-
-/// The `--vc-url` parser: [`parse_vc_url`], with errors that never repeat the value (it
-/// may embed a password).
-#[derive(Debug, Clone, Copy)]
-pub struct VcUrlParser;
-
-impl clap::builder::TypedValueParser for VcUrlParser {
-    type Value = url::Url;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<url::Url, clap::Error> {
-        let invalid = |message: String| {
-            // A message that names the flag itself needs no prefix.
-            let message = if message.starts_with("--vc-url ") {
-                format!("{message}\n")
-            } else {
-                format!("invalid value for --vc-url: {message}\n")
-            };
-            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
-        };
-        let text = value
-            .to_str()
-            .ok_or_else(|| invalid("not UTF-8".to_owned()))?;
-        parse_vc_url(text).map_err(invalid)
-    }
-}
-
-/// Parses durations like `10m`, `30s`, `1h30m`, `250ms` (jiff's friendly format; ISO 8601
-/// such as `PT10M` works too). Must be positive.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let parsed: jiff::SignedDuration = text
-        .parse()
-        .map_err(|e| format!("{text:?}: not a duration like 10m, 30s or 250ms ({e})"))?;
-    if parsed.is_negative() || parsed.is_zero() {
-        return Err(format!("{text:?}: must be greater than zero"));
-    }
-    Duration::try_from(parsed).map_err(|e| format!("{text:?}: {e}"))
-}
+pub use driver::DriverArgs;
+pub use parse::{
+    MAX_REQUESTS_PER_SECOND, VcUrlParser, parse_duration, parse_requests_per_second, parse_vc_url,
+};
 
 #[cfg(test)]
-#[path = "cli_tests.rs"]
 mod tests;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
-use crate::backend::cns::Password;
+use super::Password;
 
 /// Why a `csi-vsphere.conf` cannot be used. No message repeats a value of the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! The chart grants `get, list, watch` on that one Secret only (a namespaced Role with
 //! `resourceNames`). The Secret's content is never logged.
 
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -114,27 +114,10 @@ pub fn conf_of(secret: &Secret) -> Option<String> {
     String::from_utf8(bytes.0.clone()).ok()
 }
 
-static INSTALLED: OnceLock<SecretConf> = OnceLock::new();
-
-/// Makes `conf` the store [`super::resolve`] reads for `--csi-config-secret` (once per
-/// process; the daemon calls it at start-up, before anything resolves the settings).
-pub fn install(conf: SecretConf) -> SecretConf {
-    INSTALLED.get_or_init(|| conf).clone()
-}
-
-/// The store installed for `secret`, if any.
-pub fn installed(secret: &SecretRef) -> Option<SecretConf> {
-    INSTALLED.get().filter(|c| c.secret() == secret).cloned()
-}
-
-/// Reads the Secret once (a start-up error if it cannot be read or lacks the key), installs
-/// the store and keeps it current with a watcher limited to that Secret by a field
-/// selector, until `shutdown`.
-pub async fn start(
-    client: &kube::Client,
-    secret: &SecretRef,
-    shutdown: CancellationToken,
-) -> anyhow::Result<SecretConf> {
+/// Reads `secret` once: its `csi-vsphere.conf` as a store (an error if it cannot be read or
+/// lacks the key). `volmig check` and `--dry-run --once` read it so; the daemon watches it
+/// ([`start`]).
+pub async fn read(client: &kube::Client, secret: &SecretRef) -> anyhow::Result<SecretConf> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
     let object = api
         .get(&secret.name)
@@ -142,7 +125,19 @@ pub async fn start(
         .map_err(|e| anyhow::anyhow!("cannot read --csi-config-secret {secret}: {e}"))?;
     let text = conf_of(&object)
         .ok_or_else(|| anyhow::anyhow!("--csi-config-secret {secret} has no key {KEY}"))?;
-    let conf = install(SecretConf::new(secret.clone(), Some(text)));
+    Ok(SecretConf::new(secret.clone(), Some(text)))
+}
+
+/// Reads the Secret once ([`read`]: a start-up error if it cannot be read or lacks the
+/// key) and keeps the returned store current with a watch of that one Secret, until
+/// `shutdown`.
+pub async fn start(
+    client: &kube::Client,
+    secret: &SecretRef,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SecretConf> {
+    let conf = read(client, secret).await?;
+    let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
     let store = conf.clone();
     let name = secret.name.clone();
     tokio::spawn(async move {

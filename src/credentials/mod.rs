@@ -6,7 +6,11 @@
 //! variables.
 //! Files are read again at every login ([`CredentialSource::load`]), and
 //! [`CredentialSource::version`] tells cheaply whether they changed, so a rotated Secret
-//! needs no restart. The password is never logged or printed.
+//! needs no restart. The password is never logged or printed ([`Password`]).
+//!
+//! The driver's configuration lives here because the credentials read it: [`csi`] parses
+//! `csi-vsphere.conf` and [`secret`] keeps its Secret as last seen; `vcenter_config` takes
+//! the rest of its settings from them (docs/design.md §3.4).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -14,9 +18,14 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::backend::cns::Password;
-use crate::vcenter_config::csi::CsiConfig;
-use crate::vcenter_config::secret::SecretConf;
+pub mod csi;
+mod password;
+pub mod secret;
+
+pub use password::Password;
+
+use csi::CsiConfig;
+use secret::SecretConf;
 
 /// Why credentials could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -472,9 +481,7 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "credentials_proptests.rs"]
 mod proptests;
 
 #[cfg(test)]
-#[path = "credentials_sources_tests.rs"]
 mod sources_tests;

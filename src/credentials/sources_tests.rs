@@ -1,10 +1,10 @@
 //! Tests of the directory (`kubernetes.io/basic-auth`) and Secret sources of
-//! src/credentials.rs.
+//! src/credentials/mod.rs.
 
 use std::time::Duration;
 
+use super::secret::{SecretConf, parse_ref};
 use super::*;
-use crate::vcenter_config::secret::{SecretConf, parse_ref};
 
 #[test]
 fn a_basic_auth_directory_is_read_again_when_kubelet_swaps_it() {

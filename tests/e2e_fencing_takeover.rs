@@ -1,0 +1,285 @@
+//! End-to-end tests of the write-ahead marker under failures around a create
+//! (docs/design.md §4.8–4.10), with the real `volmig` binary, the API test server and the
+//! govmomi simulator harness (its injected failures and held replies: `Vcsim::fail_calls`,
+//! `Vcsim::delay_replies`):
+//!
+//! - a successor whose first vCenter calls fail keeps the dead leader's marker and waits
+//!   for the create still running in vCenter;
+//! - every error after the create request left (here: task polls answered
+//!   `NotAuthenticated` around a successful re-login) is an unknown outcome;
+//! - the grace of a create is measured from the moment the request is written, after the
+//!   storage policy look-up and `RegisterDisk`, however slow they were.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test code: failures should panic"
+)]
+
+#[path = "support/e2e.rs"]
+mod e2e;
+#[path = "support/vcsim.rs"]
+mod vcsim;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
+use kube::api::PostParams;
+use vcsim::{Vcsim, VcsimOptions};
+use volmig::VolumePath;
+use volmig::api::{Phase, VolumeMigration};
+
+fn canonical(path: &str) -> String {
+    VolumePath::parse(path).expect("valid").canonical()
+}
+
+/// Waits until every one of `paths` is Registered; returns path → ID.
+async fn registered(
+    cluster: &Cluster,
+    paths: &[String],
+    within: Duration,
+) -> BTreeMap<String, String> {
+    wait_for(within, "every path Registered", || async {
+        let mut out = BTreeMap::new();
+        for vm in cluster.list_migrations().await {
+            if phase(&vm) == Some(Phase::Registered)
+                && let Some(id) = volume_id(&vm)
+            {
+                out.insert(vm.spec.volume_path.clone(), id);
+            }
+        }
+        paths.iter().all(|p| out.contains_key(p)).then_some(out)
+    })
+    .await
+}
+
+/// Asserts one CNS volume per path, and that it is the one the status holds.
+async fn one_volume_each(sim: &Vcsim, ids: &BTreeMap<String, String>) {
+    assert!(
+        sim.duplicates().await.is_empty(),
+        "{:?}",
+        sim.duplicates().await
+    );
+    for (path, id) in ids {
+        let volumes = sim.volumes_for(path).await;
+        let found: Vec<&str> = volumes.iter().map(|v| v.id.as_str()).collect();
+        assert_eq!(found, [id.as_str()], "{path}");
+    }
+}
+
+/// The one VolumeMigration of the test (panics when there is none).
+async fn the_migration(cluster: &Cluster) -> VolumeMigration {
+    cluster
+        .list_migrations()
+        .await
+        .into_iter()
+        .next()
+        .expect("a VolumeMigration")
+}
+
+/// docs/design.md §4.8, §4.10: the leader is SIGKILLed 5 s into a 90 s create task; the
+/// successor's first four `QueryVirtualDiskUuid` calls (its first call of the
+/// registration, with the in-call retries) answer HTTP 503. The failure is recorded
+/// beside the dead leader's marker (phase and token stay), the successor does not create
+/// and adopts the volume once the task ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_whose_first_call_fails_keeps_the_marker() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .cns_task_duration(Duration::from_secs(90)),
+    )
+    .await;
+    let cluster = Cluster::start().await;
+    let path = sim.vmdk_path("kubevols", 1);
+    cluster.create_pv("pv-1", &path).await;
+    let paths = [canonical(&path)];
+    let timeouts = [
+        "--vc-request-timeout",
+        "60s",
+        "--vc-task-timeout",
+        "600s",
+        "--lease-duration",
+        "4s",
+    ];
+    let mut first = Daemon::spawn(&cluster, &sim, "first", &timeouts);
+    wait_for(Duration::from_secs(60), "the create sent", || async {
+        (sim.stats().await.calls("CnsCreateVolume") == 1).then_some(())
+    })
+    .await;
+    let created_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    first.kill().await;
+    let marker = the_migration(&cluster).await.status.unwrap_or_default();
+    assert_eq!(marker.phase, Some(Phase::Registering), "{marker:?}");
+    let token = marker
+        .registering_token
+        .clone()
+        .expect("a write-ahead token");
+
+    sim.fail_calls("QueryVirtualDiskUuid", 4, "http503").await;
+    let _second = Daemon::spawn(&cluster, &sim, "second", &timeouts);
+
+    // The successor's registration fails on its first call: the failure is recorded,
+    // the marker stays.
+    let stalled = wait_for(
+        Duration::from_secs(60),
+        "the successor's failure recorded",
+        || async {
+            let status = the_migration(&cluster).await.status.unwrap_or_default();
+            status.last_error.is_some().then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(sim.injected("QueryVirtualDiskUuid").await, 4);
+    assert_eq!(
+        (stalled.phase, stalled.registering_token.as_deref()),
+        (Some(Phase::Registering), Some(token.as_str())),
+        "the failure replaced the marker: {stalled:?}"
+    );
+    assert_eq!(sim.stats().await.calls("CnsCreateVolume"), 1);
+
+    let ids = registered(&cluster, &paths, Duration::from_secs(180)).await;
+    assert!(
+        created_at.elapsed() >= Duration::from_secs(88),
+        "registered {:?} after the create was sent: before its task could have ended",
+        created_at.elapsed()
+    );
+    assert_eq!(
+        sim.creates().await.len(),
+        1,
+        "the successor adopted instead of creating"
+    );
+    one_volume_each(&sim, &ids).await;
+}
+
+/// docs/design.md §4.8: the first two task polls of a 30 s create are answered
+/// `NotAuthenticated`, the re-login between them succeeds, so following the task fails
+/// with `NotAuthenticated` after the create was sent. That is an unknown outcome: no
+/// second create; the volume of the one create is adopted when it appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_poll_not_authenticated_is_an_unknown_outcome() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .cns_task_duration(Duration::from_secs(30)),
+    )
+    .await;
+    sim.fail_calls("TaskPoll", 2, "NotAuthenticated").await;
+    let cluster = Cluster::start().await;
+    let path = sim.vmdk_path("kubevols", 1);
+    cluster.create_pv("pv-1", &path).await;
+    let paths = [canonical(&path)];
+    // The grace (request + task timeout, 65 s) outlasts the 30 s task: a volmig that
+    // knows the outcome is unknown waits for it.
+    let _daemon = Daemon::spawn(
+        &cluster,
+        &sim,
+        "relogin",
+        &["--vc-request-timeout", "5s", "--vc-task-timeout", "60s"],
+    );
+    let ids = registered(&cluster, &paths, Duration::from_secs(150)).await;
+    let stats = sim.stats().await;
+    assert_eq!(
+        sim.injected("RetrievePropertiesEx").await,
+        2,
+        "both task polls answered NotAuthenticated: {stats:?}"
+    );
+    assert!(
+        stats.calls("Login") >= 2,
+        "a re-login between the two polls: {stats:?}"
+    );
+    let creates = sim.creates().await;
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    one_volume_each(&sim, &ids).await;
+}
+
+/// docs/design.md §4.9, §4.10: request timeout 3 s, task timeout 6 s (grace 9 s); a storage
+/// policy (three PBM calls before the create) with every PBM reply 2.9 s late, and
+/// `CnsCreateVolume`'s too; an 8 s create task. 8.7 s pass before the create is sent;
+/// following the task times out 2.9 + ~4.5 s after the send, before the task ends. A
+/// grace counted from before the policy look-up would be over then, and a second create
+/// would race the first (checked: with the grace not restarted at the send fence, two
+/// `CnsCreateVolume` calls and two volumes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_counts_from_the_send_after_a_slow_policy_look_up() {
+    slow_create(None, 8).await;
+}
+
+/// As above on vCenter 7.0.0, where `RegisterDisk` (its reply 2.9 s late too) runs between
+/// the policy look-up and the create: 11.6 s before the send. (A second create attempt
+/// would fail at `RegisterDisk` in the simulator, which refuses a vmdk that is an FCD
+/// already; this case checks that the slow calls end in one create and the right spec.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_counts_from_the_send_after_a_slow_register_disk() {
+    slow_create(Some("7.0.0"), 8).await;
+}
+
+/// One registration with a storage policy, the replies of PBM, `RegisterDisk` and
+/// `CnsCreateVolume` 2.9 s late, `--vc-request-timeout=3s --vc-task-timeout=6s`, a create
+/// task of `task_secs`: exactly one create, adopted.
+async fn slow_create(version: Option<&str>, task_secs: u64) {
+    const POLICY: &str = "vSAN Default Storage Policy";
+    let late = Duration::from_millis(2900);
+    let mut options = VcsimOptions::default()
+        .vmdks(1)
+        .cns_task_duration(Duration::from_secs(task_secs));
+    if let Some(version) = version {
+        options = options.vcenter_version(version);
+    }
+    let sim = Vcsim::start(options).await;
+    let slow = [
+        "PbmRetrieveServiceContent",
+        "PbmQueryProfile",
+        "PbmRetrieveContent",
+        "RegisterDisk",
+        "CnsCreateVolume",
+    ];
+    for method in slow {
+        sim.delay_replies(method, late).await;
+    }
+    let cluster = Cluster::start().await;
+    let path = sim.vmdk_path("kubevols", 1);
+    let mut vm = volmig::k8s::migrations::new_migration(&VolumePath::parse(&path).unwrap());
+    vm.spec.storage_policy_name = Some(POLICY.into());
+    cluster
+        .migrations()
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("a VolumeMigration that names a storage policy");
+    cluster.create_pv("pv-1", &path).await;
+    let paths = [canonical(&path)];
+    let _daemon = Daemon::spawn(
+        &cluster,
+        &sim,
+        "slow",
+        &["--vc-request-timeout", "3s", "--vc-task-timeout", "6s"],
+    );
+    let ids = registered(&cluster, &paths, Duration::from_secs(120)).await;
+    let stats = sim.stats().await;
+    let register_disk = version.is_some();
+    for method in slow {
+        if method == "RegisterDisk" && !register_disk {
+            assert_eq!(stats.calls(method), 0, "{stats:?}");
+            continue;
+        }
+        assert!(
+            sim.delayed(method).await >= 1,
+            "{method} replies were held: {stats:?}"
+        );
+    }
+    let creates = sim.creates().await;
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    assert_eq!(
+        creates[0].profile_ids.len(),
+        1,
+        "the policy was resolved: {creates:?}"
+    );
+    assert_eq!(
+        !creates[0].backing_disk_id.is_empty(),
+        register_disk,
+        "registered by RegisterDisk's FCD on 7.0.0 only: {creates:?}"
+    );
+    one_volume_each(&sim, &ids).await;
+}
