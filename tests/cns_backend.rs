@@ -615,3 +615,49 @@ async fn duplicates_are_ordered_by_the_fcd_creation_time_not_by_id() {
     let err = backend.creation_time(&unknown).await.unwrap_err();
     assert_eq!(err.class, ErrorClass::NotFound, "{err}");
 }
+
+/// The create's fence is asked right before each send: the first one, and the one after a
+/// re-login when vCenter answered `NotAuthenticated` (docs/design.md §4.9). A fence that
+/// says no by then calls the create off: nothing reaches CNS.
+#[tokio::test]
+async fn the_create_fence_is_asked_again_before_a_send_after_a_re_login() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let backend = connect(&sim).await;
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fenced = |disk: &VolumePath, allow: usize| {
+        let asked = asked.clone();
+        CreateVolumeRequest {
+            fence: volmig::backend::SendFence::new(move || {
+                let n = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                if n <= allow {
+                    Ok(())
+                } else {
+                    Err("no longer the leader".to_owned())
+                }
+            }),
+            ..request(disk)
+        }
+    };
+
+    // The session is refused once: re-login, fence asked again, sent, created.
+    let first = path(&sim.vmdk_path("kubevols", 1));
+    sim.fail_calls("CnsCreateVolume", 1, "NotAuthenticated")
+        .await;
+    backend.create_volume(&fenced(&first, 2)).await.unwrap();
+    assert_eq!(sim.injected("CnsCreateVolume").await, 1);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(sim.volumes().await.len(), 1);
+
+    // Leadership lost while re-logging in: the second send is called off.
+    asked.store(0, std::sync::atomic::Ordering::SeqCst);
+    let second = path(&sim.vmdk_path("kubevols", 2));
+    sim.fail_calls("CnsCreateVolume", 1, "NotAuthenticated")
+        .await;
+    let err = backend
+        .create_volume(&fenced(&second, 1))
+        .await
+        .unwrap_err();
+    assert!(err.is_called_off(), "{err}");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(sim.volumes().await.len(), 1, "nothing created for {second}");
+}

@@ -32,8 +32,7 @@ use super::{
 use crate::credentials::Version;
 use crate::volume_path::VolumePath;
 
-/// Fault name of refused credentials (vim `InvalidLogin`).
-pub const INVALID_LOGIN: &str = "InvalidLogin";
+use super::INVALID_LOGIN_FAULT as INVALID_LOGIN;
 
 type Connect =
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn VolumeBackend>>> + Send>> + Send + Sync;

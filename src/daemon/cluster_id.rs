@@ -132,15 +132,10 @@ pub async fn read_driver_cluster_id(
 pub async fn resolve(
     client: &kube::Client,
     args: &RunArgs,
-    vcenter: &crate::vcenter_config::VcenterFlags,
+    configured: Option<&crate::vcenter_config::ConfiguredClusterId>,
 ) -> anyhow::Result<String> {
-    let configured = crate::vcenter_config::resolve(vcenter.clone())?.cluster_id;
     let driver = read_driver_cluster_id(client, &args.driver.driver_namespace).await?;
-    let decided = decide(
-        configured.as_ref(),
-        driver.as_deref(),
-        &args.driver.driver_namespace,
-    )?;
+    let decided = decide(configured, driver.as_deref(), &args.driver.driver_namespace)?;
     info!(cluster_id = %decided.id, from = %decided.from, "CNS cluster ID");
     Ok(decided.id)
 }

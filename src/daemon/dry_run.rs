@@ -41,10 +41,12 @@ pub async fn run_once(args: RunArgs) -> anyhow::Result<crate::report::Rendered> 
     let client = super::kube_client_as(&args.kube, &super::user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let vcenter = super::vcenter_flags(&client, &args, None).await?;
-    let cluster_id = super::cluster_id::resolve(&client, &args, &vcenter).await?;
+    let vcenter = super::vcenter_settings(&super::vcenter_flags(&client, &args, None).await?)?;
+    let cluster_id =
+        super::cluster_id::resolve(&client, &args, vcenter.cluster_id.as_ref()).await?;
     let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
-    let driver = super::driver::start(&client, args.publish_driver_cache, shutdown.clone()).await;
+    let driver =
+        super::driver_cache::start(&client, args.publish_driver_cache, shutdown.clone()).await;
     let pass = driver.map(|driver| DryRun {
         pvs: Api::all(client.clone()),
         migrations: Api::all(client),
@@ -74,14 +76,18 @@ pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
         shutdown,
         http_task,
     } = super::start(&args, &holder_id, "no dry-run pass completed yet").await?;
-    let vcenter = super::vcenter_flags(&client, &args, Some(shutdown.clone())).await?;
-    let cluster_id = super::cluster_id::resolve(&client, &args, &vcenter).await?;
+    let vcenter = super::vcenter_settings(
+        &super::vcenter_flags(&client, &args, Some(shutdown.clone())).await?,
+    )?;
+    let cluster_id =
+        super::cluster_id::resolve(&client, &args, vcenter.cluster_id.as_ref()).await?;
     warn!(
         "dry run: no Lease, no writes to Kubernetes or vCenter; logging what would be done \
          every --full-sync-interval"
     );
     let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
-    let driver = super::driver::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
+    let driver =
+        super::driver_cache::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
     let pass = DryRun {
         pvs: Api::all(client.clone()),
         migrations: Api::all(client),

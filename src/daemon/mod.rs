@@ -27,10 +27,10 @@ use crate::k8s::status::{KubeStatusStore, StatusExtras, StatusExtrasSource, Stat
 use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
-use crate::vcenter_config::VcenterFlags;
+use crate::vcenter_config::{VcenterFlags, VcenterSettings};
 
 pub mod cluster_id;
-mod driver;
+mod driver_cache;
 mod dry_run;
 pub mod dry_run_plan;
 pub mod hand_over;
@@ -83,16 +83,22 @@ pub(crate) async fn vcenter_flags(
     Ok(flags)
 }
 
-fn cns_backend(
-    args: &RunArgs,
-    vcenter: &VcenterFlags,
-    metrics: &Metrics,
-    holder_id: &str,
-) -> anyhow::Result<Arc<dyn VolumeBackend>> {
+/// The vCenter settings of this run, resolved once (their warnings logged once); the
+/// cluster ID check and the CNS backend both take them from here.
+fn vcenter_settings(vcenter: &VcenterFlags) -> anyhow::Result<VcenterSettings> {
     let settings = crate::vcenter_config::resolve(vcenter.clone())?;
     for warning in &settings.warnings {
         warn!("{warning}");
     }
+    Ok(settings)
+}
+
+fn cns_backend(
+    args: &RunArgs,
+    settings: &VcenterSettings,
+    metrics: &Metrics,
+    holder_id: &str,
+) -> anyhow::Result<Arc<dyn VolumeBackend>> {
     let source = settings.credentials.clone();
     // Unreadable credentials are a start-up error; later they are read again at each login.
     let first = source.load()?;
@@ -102,7 +108,7 @@ fn cns_backend(
         credentials = %source.describe(),
         "vCenter configuration"
     );
-    let (mut template, options) = cns_connection(&settings, first.username, first.password);
+    let (mut template, options) = cns_connection(settings, first.username, first.password);
     template.user_agent = user_agent(holder_id);
     template.request_timeout = args.vc_request_timeout;
     template.task_timeout = args.vc_task_timeout;
@@ -203,9 +209,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } = start(&args, &holder_id, "caches not synced yet").await?;
     // `--csi-config-secret`: read and watched before anything resolves the vCenter settings
     // (docs/design.md §8.5).
-    let vcenter = vcenter_flags(&client, &args, Some(shutdown.clone())).await?;
+    let vcenter = vcenter_settings(&vcenter_flags(&client, &args, Some(shutdown.clone())).await?)?;
     // Before the Lease and before vCenter: a cluster ID other than the driver's is refused.
-    let cluster_id = cluster_id::resolve(&client, &args, &vcenter).await?;
+    let cluster_id = cluster_id::resolve(&client, &args, vcenter.cluster_id.as_ref()).await?;
 
     let leader = leadership::start(&args, &client, &holder_id, &metrics).await?;
     if args.vc_insecure {
@@ -221,7 +227,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let backend = cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let cache = Arc::new(MigrationCache::default());
     let (queue, requests) = WorkQueue::new();
-    let driver = driver::start_with(
+    let driver = driver_cache::start_with(
         &client,
         args.publish_driver_cache,
         shutdown.clone(),
@@ -433,10 +439,10 @@ async fn reconcile_all_when_leading(
 
 /// The driver cache's watch schedules reconciles: all of them when its CRD appears, the
 /// path's when one of its objects is deleted (its reconcile creates what is still needed).
-fn driver_events(cache: &Arc<MigrationCache>, queue: &WorkQueue) -> driver::DriverEvents {
+fn driver_events(cache: &Arc<MigrationCache>, queue: &WorkQueue) -> driver_cache::DriverEvents {
     let (all_cache, all_queue) = (cache.clone(), queue.clone());
     let one_queue = queue.clone();
-    driver::DriverEvents {
+    driver_cache::DriverEvents {
         on_served: Some(Box::new(move || reconcile_all(&all_cache, &all_queue))),
         on_deleted: Some(Box::new(move |path| {
             one_queue.schedule_now(&path.object_name());

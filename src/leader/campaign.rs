@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-/// What the background tasks report to the driver.
+/// What the background tasks report to the arbiter.
 #[derive(Debug)]
 pub(super) enum Input {
     /// The lease manager of campaign `generation` holds (or stopped holding) the lease.

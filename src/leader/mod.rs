@@ -10,7 +10,7 @@
 //!   renewal has been observed by then, the flag turns false at once, without waiting for
 //!   the lease manager to notice. A former leader that was paused (SIGSTOP) past its term
 //!   therefore finds itself not leading the moment it wakes: [`Leadership::is_leader`]
-//!   checks the deadline itself, and the driver task flips the watch value when its timer
+//!   checks the deadline itself, and the arbiter task flips the watch value when its timer
 //!   fires;
 //! - the Lease object is watched, so a follower takes a released Lease at once instead of
 //!   sleeping until the old expiry, and a leader stops at once when it sees another holder;
@@ -28,15 +28,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
 
+mod arbiter;
 mod campaign;
-mod driver;
 mod tracker;
 
 #[cfg(test)]
 mod tests;
 
+use arbiter::{Arbiter, Shared, Validity};
 use campaign::{LeaseTarget, spawn_campaign, spawn_observer};
-use driver::{Driver, Shared, Validity};
 use tracker::Tracker;
 
 /// Where and as whom to campaign.
@@ -199,7 +199,7 @@ impl Leadership {
         let (input_tx, inputs) = mpsc::channel(32);
         let observer = spawn_observer(Arc::clone(&target), input_tx.clone());
         let campaign_target = Arc::clone(&target);
-        let driver = Driver {
+        let arbiter = Arbiter {
             tracker: Tracker::new(
                 config.holder_id.clone(),
                 config.lease_duration,
@@ -217,7 +217,7 @@ impl Leadership {
             release_timeout: config.lease_duration,
         };
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(driver.run(stop_rx));
+        let task = tokio::spawn(arbiter.run(stop_rx));
         info!(%lease, holder_id = %config.holder_id, lease_duration = ?config.lease_duration, "campaigning for leadership");
         Ok(Self {
             shared,
@@ -275,7 +275,7 @@ impl Leadership {
             lease,
             holder_id,
         } = election;
-        // The driver never ends on its own, so it still listens.
+        // The arbiter never ends on its own, so it still listens.
         let _ = stop.send(());
         match task.await {
             Ok(result) => result,

@@ -1,4 +1,4 @@
-//! Unit tests of the driver on tokio's paused clock, and of the whole election against a
+//! Unit tests of the arbiter on tokio's paused clock, and of the whole election against a
 //! scripted API server (tower-test mock).
 
 use std::sync::{Arc, Mutex};
@@ -12,8 +12,8 @@ use kube::client::Body;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::arbiter::{Arbiter, Shared, Validity};
 use super::campaign::{AbortOnDrop, Campaign, Input};
-use super::driver::{Driver, Shared, Validity};
 use super::tracker::Tracker;
 use super::*;
 
@@ -50,7 +50,7 @@ enum CampaignLog {
     },
 }
 
-/// A driver with fake campaigns and no observer: the test plays both.
+/// An arbiter with fake campaigns and no observer: the test plays both.
 struct Harness {
     inputs: mpsc::Sender<Input>,
     shared: Arc<Shared>,
@@ -65,7 +65,7 @@ impl Harness {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (input_tx, inputs) = mpsc::channel(32);
         let (campaign_log, campaign_shared) = (Arc::clone(&log), Arc::clone(&shared));
-        let driver = Driver {
+        let arbiter = Arbiter {
             tracker: Tracker::new("me".to_owned(), D, MARGIN),
             shared: Arc::clone(&shared),
             inputs,
@@ -100,7 +100,7 @@ impl Harness {
             release_timeout: D,
         };
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(driver.run(stop_rx));
+        let task = tokio::spawn(arbiter.run(stop_rx));
         Self {
             inputs: input_tx,
             shared,
@@ -152,7 +152,7 @@ async fn a_leader_without_observed_renewals_stops_at_its_own_deadline() {
     assert!(h.shared.is_leader());
 
     // Nothing renews (a paused process, a stuck API server): the paused clock runs to the
-    // driver's timer, which sends false although the lease manager still says "holder".
+    // arbiter's timer, which sends false although the lease manager still says "holder".
     h.flag_becomes(false).await;
     assert!(!h.shared.is_leader());
     // The renewal time is read from the wall clock, which keeps moving under the paused
@@ -166,12 +166,12 @@ async fn a_leader_without_observed_renewals_stops_at_its_own_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn is_leader_checks_the_deadline_even_when_the_driver_cannot_run() {
+async fn is_leader_checks_the_deadline_even_when_the_arbiter_cannot_run() {
     let h = Harness::start();
     h.manager(0, true).await;
     h.observe(Some("me")).await;
     h.flag_becomes(true).await;
-    // The driver is gone (as if it had not been scheduled since the process woke up).
+    // The arbiter is gone (as if it had not been scheduled since the process woke up).
     h.task.abort();
     let flag = h.shared.subscribe();
     tokio::time::advance(D - MARGIN - Duration::from_millis(1)).await;

@@ -35,6 +35,7 @@ mod error;
 mod failure;
 mod in_flight;
 mod keyed_lock;
+mod leader_gate;
 #[cfg(any(test, feature = "testing"))]
 mod memory_store;
 mod operations;
@@ -50,9 +51,10 @@ pub use crate::requeue::{DEFAULT_ADOPTION_POLL, DEFAULT_FOLLOW_POLL, RetryPolicy
 pub use error::{LookupError, RegisterError};
 pub use in_flight::InFlight;
 pub use keyed_lock::{KeyGuard, KeyedLock};
+pub use leader_gate::{LeaderCheck, LeaderGate};
 #[cfg(any(test, feature = "testing"))]
 pub use memory_store::InMemoryStatusStore;
-pub use pressure::{CallGate, LeaderCheck, LeaderGate, NotLeader};
+pub use pressure::{CallGate, NotLeader};
 use slots::HeldSlot;
 pub use slots::{Lane, Slot};
 pub use status_store::{

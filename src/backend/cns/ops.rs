@@ -57,13 +57,10 @@ impl CnsBackend {
                 .into_iter()
                 .collect(),
         };
-        // The last moment before the request is written: policy resolution and
-        // RegisterDisk are behind us (docs/design.md §4.9).
-        request
-            .fence
-            .check()
-            .map_err(|why| BackendError::called_off(op::CREATE, why))?;
-        let task = volumes::start_create(client, op::CREATE, spec)
+        // The fence is asked at the last moment before the request is written, policy
+        // resolution and RegisterDisk behind us, and again before a re-send after a
+        // re-login (docs/design.md §4.9).
+        let task = volumes::start_create(client, op::CREATE, spec, &request.fence)
             .await
             .map_err(|e| fault::about(self.note(e), &what))?;
         // vCenter runs the task now: an error of any class while following it leaves the
@@ -131,9 +128,14 @@ impl CnsBackend {
         let Some(volume) = found.first() else {
             return Err(volumes::volume_not_found(op::PROTECT, id));
         };
-        let task = volumes::start_create(client, op::PROTECT, spec_again(volume))
-            .await
-            .map_err(|e| fault::about(e, &what))?;
+        let task = volumes::start_create(
+            client,
+            op::PROTECT,
+            spec_again(volume),
+            &crate::backend::SendFence::none(),
+        )
+        .await
+        .map_err(|e| fault::about(e, &what))?;
         let outcome =
             task::wait::<BatchResult>(client, op::PROTECT, &task, self.inner.task_timeout, &what)
                 .await?;

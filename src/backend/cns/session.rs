@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
-use crate::backend::on_demand::INVALID_LOGIN;
+use crate::backend::INVALID_LOGIN_FAULT as INVALID_LOGIN;
 use crate::backend::{BackendError, ErrorClass};
 use crate::credentials::Password;
 
@@ -247,6 +247,22 @@ impl SoapClient {
         method: &str,
         body: &B,
     ) -> Result<T, BackendError> {
+        self.call_checked(endpoint, operation, method, body, &|| Ok(()))
+            .await
+    }
+
+    /// [`Self::call`], asking `before_send` right before each time the request is written:
+    /// the first send and the one after a re-login (which can take seconds). A create's
+    /// fence is asked there, so no create leaves after leadership or the registrar mode
+    /// was lost meanwhile (docs/design.md §4.9).
+    pub async fn call_checked<B: Serialize, T: DeserializeOwned>(
+        &self,
+        endpoint: Endpoint,
+        operation: &'static str,
+        method: &str,
+        body: &B,
+        before_send: &(dyn Fn() -> Result<(), BackendError> + Send + Sync),
+    ) -> Result<T, BackendError> {
         let namespace = endpoint.namespace();
         let xml = serialize(operation, method, namespace, body)?;
         let mut relogged = false;
@@ -257,6 +273,7 @@ impl SoapClient {
                 // with current credentials replaces this one, or `logout` resets it.
                 return Err(err);
             }
+            before_send()?;
             let result = self
                 .call_once(endpoint, operation, &xml, session.cookie.as_deref())
                 .await;

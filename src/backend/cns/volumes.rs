@@ -297,19 +297,32 @@ pub(crate) struct VolumeOperationResult {
     pub fault: Option<LocalizedMethodFault>,
 }
 
-/// Starts `CnsCreateVolume` and returns its task.
+/// Starts `CnsCreateVolume` and returns its task; `fence` is asked right before each send
+/// (the first, and the one after a re-login).
 pub(crate) async fn start_create(
     client: &SoapClient,
     operation: &'static str,
     spec: CnsVolumeCreateSpec<'_>,
+    fence: &crate::backend::SendFence,
 ) -> Result<MoRef, BackendError> {
     let request = CnsCreateVolume {
         this: volume_manager(),
         create_specs: vec![spec],
     };
+    let before_send = || {
+        fence
+            .check()
+            .map_err(|why| BackendError::called_off(operation, why))
+    };
     task_ref(
         client
-            .call(Endpoint::Cns, operation, "CnsCreateVolume", &request)
+            .call_checked(
+                Endpoint::Cns,
+                operation,
+                "CnsCreateVolume",
+                &request,
+                &before_send,
+            )
             .await?,
         client,
         operation,

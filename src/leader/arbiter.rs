@@ -1,4 +1,4 @@
-//! The driver: one task that turns campaign reports, Lease observations and its own clock
+//! The arbiter: one task that turns campaign reports, Lease observations and its own clock
 //! into the published leadership flag, restarts a stale campaign, and releases on request.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,7 +24,7 @@ pub(super) enum Validity {
     Never,
 }
 
-/// The state shared by the driver and every [`super::Leadership`] accessor.
+/// The state shared by the arbiter and every [`super::Leadership`] accessor.
 #[derive(Debug)]
 pub(super) struct Shared {
     validity: Mutex<Validity>,
@@ -60,7 +60,7 @@ impl Shared {
     }
 
     /// The flag *and* the deadline on the monotonic clock: false as soon as the deadline
-    /// has passed, even if the driver has not run since.
+    /// has passed, even if the arbiter has not run since.
     pub(super) fn is_leader(&self) -> bool {
         let validity = *self.validity.lock().unwrap_or_else(PoisonError::into_inner);
         *self.flag.borrow()
@@ -75,8 +75,8 @@ impl Shared {
 /// Starts a campaign with the given generation, reporting to the given sender.
 pub(super) type SpawnCampaign = Box<dyn Fn(u64, mpsc::Sender<Input>) -> Campaign + Send>;
 
-/// The driver task's state.
-pub(super) struct Driver {
+/// The arbiter task's state.
+pub(super) struct Arbiter {
     pub(super) tracker: Tracker,
     pub(super) shared: Arc<Shared>,
     pub(super) inputs: mpsc::Receiver<Input>,
@@ -90,7 +90,7 @@ pub(super) struct Driver {
     pub(super) release_timeout: Duration,
 }
 
-impl Driver {
+impl Arbiter {
     /// Runs until `stop` fires (then releases the lease) or its sender is dropped (then
     /// stops without releasing, like a crash).
     pub(super) async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Result<(), LeaderError> {
@@ -118,7 +118,7 @@ impl Driver {
                         let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
                         self.tracker.on_lease(spec, Instant::now(), Timestamp::now());
                     }
-                    // Unreachable: the driver holds a sender itself.
+                    // Unreachable: the arbiter holds a sender itself.
                     None => {}
                 },
             }
