@@ -386,4 +386,14 @@ fn notes_say_only_what_holds_for_the_values() {
     // A dry run says so.
     let dry = helm::notes(&["--set", "dryRun=true"]);
     assert!(dry.contains("dry run"), "{dry}");
+    // Hold mode says so, and not follow mode.
+    let hold = helm::notes(&[
+        "--set-string",
+        "clusterId=c1",
+        "--set",
+        "driver.holdSyncer=true",
+    ]);
+    assert!(hold.contains("hold mode"), "{hold}");
+    assert!(!hold.contains("follow mode:"), "{hold}");
+    assert!(!plain.contains("hold mode"), "{plain}");
 }
