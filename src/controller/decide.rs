@@ -59,7 +59,7 @@ pub struct Publish {
 
 /// Everything one reconciliation does, in order: finalizer, PV list, then the step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct Decision {
     /// Add volmig's finalizer first.
     pub add_finalizer: bool,
     /// Write this PV list to the status first.
@@ -96,7 +96,7 @@ pub fn pv_list_stale(status: &crate::api::VolumeMigrationStatus, pvs: &[String])
 }
 
 /// Decides the plan for one VolumeMigration.
-pub fn decide(observed: &Observed<'_>) -> Plan {
+pub fn decide(observed: &Observed<'_>) -> Decision {
     let vm = observed.migration;
     let status = vm.status.clone().unwrap_or_default();
     let path = VolumePath::parse(&vm.spec.volume_path);
@@ -137,7 +137,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
         } else {
             Step::Idle
         };
-        return Plan {
+        return Decision {
             add_finalizer: false,
             set_pvs: None,
             step,
@@ -150,7 +150,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
             .last_error
             .as_ref()
             .is_some_and(|l| l.reason == reason::NAME_COLLISION);
-        return Plan {
+        return Decision {
             add_finalizer: false,
             set_pvs: None,
             publish: None,
@@ -163,7 +163,7 @@ pub fn decide(observed: &Observed<'_>) -> Plan {
     }
 
     let set_pvs = pv_list_stale(&status, observed.pvs).then(|| observed.pvs.to_vec());
-    let mut plan = Plan {
+    let mut plan = Decision {
         add_finalizer: !has_finalizer(vm),
         set_pvs,
         step: Step::Idle,

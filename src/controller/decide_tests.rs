@@ -50,7 +50,7 @@ fn failed(reason: &str, next: Option<&str>) -> VolumeMigrationStatus {
     }
 }
 
-fn plan(vm: &VolumeMigration, pvs: &[&str], policy: PvDeletePolicy) -> Plan {
+fn plan(vm: &VolumeMigration, pvs: &[&str], policy: PvDeletePolicy) -> Decision {
     let pvs: Vec<String> = pvs.iter().map(|s| s.to_string()).collect();
     decide(&Observed {
         migration: vm,
@@ -82,7 +82,7 @@ fn registered_and_in_sync_is_idle_with_no_writes() {
     let p = plan(&vm(s, true, false), &["pv-1"], PvDeletePolicy::Unregister);
     assert_eq!(
         p,
-        Plan {
+        Decision {
             add_finalizer: false,
             set_pvs: None,
             step: Step::Idle,

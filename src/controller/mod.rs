@@ -30,7 +30,7 @@ pub mod reconcile;
 mod scenario_tests;
 pub mod work_queue;
 
-pub use decide::{Observed, Plan, Step, decide};
+pub use decide::{Decision, Observed, Step, decide};
 pub use error::{Error, Result};
 pub use migration_cache::MigrationCache;
 pub use pv_index::PvIndex;
@@ -75,10 +75,8 @@ pub enum PvDeletePolicy {
 
 /// What every reconciliation, the PV watcher and full sync share.
 pub struct Context {
-    /// VolumeMigrations, cluster-wide.
-    pub migrations: Api<VolumeMigration>,
-    /// The one status writer.
-    pub status: StatusWriter,
+    /// Where they read and write in the cluster.
+    pub cluster: ClusterWrites,
     /// The only component that registers.
     pub registrar: Arc<Registrar>,
     /// In-tree PVs by path.
@@ -87,12 +85,26 @@ pub struct Context {
     pub leader: LeaderGate,
     /// Metrics.
     pub metrics: Metrics,
+    /// How they react.
+    pub policy: Policy,
+}
+
+/// The cluster side of the [`Context`]: every object kind the controller writes.
+pub struct ClusterWrites {
+    /// VolumeMigrations, cluster-wide.
+    pub migrations: Api<VolumeMigration>,
+    /// The one status writer.
+    pub status: StatusWriter,
     /// Event publisher.
     pub events: Events,
-    /// `--on-pv-delete`.
-    pub on_pv_delete: PvDeletePolicy,
-    /// Requeue delay after a failed reconciliation (transient errors).
-    pub error_requeue: Duration,
     /// The CSI driver's cache objects, when their CRD is served.
     pub driver: Option<Arc<publish::DriverCache>>,
+}
+
+/// The choices of the [`Context`]: flags and delays.
+pub struct Policy {
+    /// `--on-pv-delete`.
+    pub on_pv_delete: PvDeletePolicy,
+    /// Requeue delay after a failed reconciliation (transient errors; `requeue::ERROR_REQUEUE`).
+    pub error_requeue: Duration,
 }

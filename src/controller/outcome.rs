@@ -64,12 +64,16 @@ pub async fn register_and_report(
     // A success is told where users look, on the PVs; the VolumeMigration's status carries
     // it already (one Event per new PV, docs/design.md §2.2). A failure is told on both.
     if type_ == EventType::Warning || pvs.is_empty() {
-        ctx.events
+        ctx.cluster
+            .events
             .on_migration(vm, type_, event, note.clone())
             .await;
     }
     for pv in pvs {
-        ctx.events.on_pv(pv, type_, event, note.clone()).await;
+        ctx.cluster
+            .events
+            .on_pv(pv, type_, event, note.clone())
+            .await;
     }
     result
 }

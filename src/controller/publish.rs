@@ -37,6 +37,7 @@ pub async fn publish(
     protected: bool,
 ) -> kube::Result<usize> {
     let Some(driver) = ctx
+        .cluster
         .driver
         .as_ref()
         .filter(|d| d.publish && d.index.is_served())
@@ -123,6 +124,7 @@ pub fn unpublish_changes(
 /// that map `id` to another disk are that disk's and stay.
 pub async fn unpublish(ctx: &Context, path: &VolumePath, id: &VolumeId) -> kube::Result<usize> {
     let Some(driver) = ctx
+        .cluster
         .driver
         .as_ref()
         .filter(|d| d.publish && d.index.is_served())

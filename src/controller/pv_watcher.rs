@@ -139,7 +139,7 @@ impl PvWatcher {
 /// Creates the VolumeMigration of `path`, which PV `pv` uses; returns the path when done.
 /// A failure is reported and left to full sync.
 async fn create_migration(ctx: Arc<Context>, path: VolumePath, pv: String) -> VolumePath {
-    match ensure_migration(&ctx.migrations, &path).await {
+    match ensure_migration(&ctx.cluster.migrations, &path).await {
         Ok(_) => {}
         Err(e @ EnsureError::NameCollision { .. }) => report_name_collision(&ctx, &pv, &e).await,
         Err(e) => {
@@ -154,7 +154,8 @@ async fn create_migration(ctx: Arc<Context>, path: VolumePath, pv: String) -> Vo
 pub async fn report_invalid_paths(ctx: &Context) {
     for (pv, error) in ctx.index.take_unreported_invalid() {
         warn!(pv, %error, "PV has an invalid vSphere volume path; not migrating it");
-        ctx.events
+        ctx.cluster
+            .events
             .on_pv(
                 &pv,
                 EventType::Warning,
@@ -170,7 +171,8 @@ pub async fn report_invalid_paths(ctx: &Context) {
 pub async fn report_name_collision(ctx: &Context, pv: &str, error: &EnsureError) {
     warn!(pv, error = %error, "name collision: the PV's path cannot be tracked");
     ctx.metrics.name_collision();
-    ctx.events
+    ctx.cluster
+        .events
         .on_pv(
             pv,
             EventType::Warning,

@@ -43,7 +43,7 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
         migration: &vm,
         pvs: &pvs,
         now: jiff::Timestamp::now(),
-        on_pv_delete: ctx.on_pv_delete,
+        on_pv_delete: ctx.policy.on_pv_delete,
     });
     debug!(%name, ?plan, "reconcile");
 
@@ -132,7 +132,8 @@ async fn finalize(
                     source,
                 })?;
         }
-        ctx.events
+        ctx.cluster
+            .events
             .on_migration(
                 vm,
                 EventType::Normal,
@@ -143,7 +144,7 @@ async fn finalize(
     }
     if unregistered {
         // Unregistering wrote the status: the finalizer patch needs the new version.
-        match ctx.migrations.get_opt(&name).await {
+        match ctx.cluster.migrations.get_opt(&name).await {
             Ok(Some(fresh)) => set_finalizer(ctx, &fresh, false).await?,
             Ok(None) => {}
             Err(source) => return Err(Error::RemoveFinalizer { name, source }),
@@ -155,7 +156,7 @@ async fn finalize(
         // Deleted by hand while PVs still use it: bring it back; the registrar adopts the
         // same CNS volume.
         info!(%path, %name, "VolumeMigration deleted while in use; recreating it");
-        ensure_migration(&ctx.migrations, &path)
+        ensure_migration(&ctx.cluster.migrations, &path)
             .await
             .map_err(Error::Recreate)?;
     }
@@ -181,6 +182,7 @@ async fn set_finalizer(ctx: &Context, vm: &VolumeMigration, present: bool) -> Re
         ..PatchParams::default()
     };
     match ctx
+        .cluster
         .migrations
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
@@ -201,7 +203,8 @@ async fn write_pv_list(ctx: &Context, vm: &VolumeMigration, pvs: &[String]) -> R
         observed_generation: vm.metadata.generation,
         pending: vm.status.as_ref().and_then(|s| s.phase).is_none(),
     };
-    ctx.status
+    ctx.cluster
+        .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
         .await?;
     Ok(())
@@ -212,10 +215,12 @@ async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str)
     let change = StatusChange::InvalidPath {
         message: message.to_owned(),
     };
-    ctx.status
+    ctx.cluster
+        .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
         .await?;
-    ctx.events
+    ctx.cluster
+        .events
         .on_migration(
             vm,
             EventType::Warning,
@@ -245,10 +250,12 @@ async fn record_name_collision(
         attempts: 0,
         retry_after: None,
     });
-    ctx.status
+    ctx.cluster
+        .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
         .await?;
-    ctx.events
+    ctx.cluster
+        .events
         .on_migration(
             vm,
             EventType::Warning,
@@ -272,7 +279,7 @@ pub fn error_policy(vm: Arc<VolumeMigration>, error: &Error, ctx: Arc<Context>) 
         // The delay is the context's (tests shorten it); production sets ERROR_REQUEUE.
         Requeue::After(_) => {
             warn!(%name, error = %crate::error_chain(error), "reconcile failed; retrying");
-            Action::requeue(ctx.error_requeue)
+            Action::requeue(ctx.policy.error_requeue)
         }
     }
 }

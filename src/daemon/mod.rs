@@ -20,7 +20,9 @@ use crate::cli::RunArgs;
 use crate::controller::full_sync::FullSync;
 use crate::controller::migration_cache::watch as migration_watch;
 use crate::controller::pv_watcher::PvWatcher;
-use crate::controller::{Context, MigrationCache, PvIndex, WorkQueue, reconcile, work_queue};
+use crate::controller::{
+    ClusterWrites, Context, MigrationCache, Policy, PvIndex, WorkQueue, reconcile, work_queue,
+};
 use crate::http::{self, Health};
 use crate::k8s::events::Events;
 use crate::k8s::status::{KubeStatusStore, StatusExtras, StatusExtrasSource, StatusWriter};
@@ -283,16 +285,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let ctx = Arc::new(Context {
-        migrations,
-        status: StatusWriter::new(client.clone()),
+        cluster: ClusterWrites {
+            migrations,
+            status: StatusWriter::new(client.clone()),
+            events,
+            driver: driver.clone(),
+        },
         registrar,
         index,
         leader: leader.gate.clone(),
         metrics: metrics.clone(),
-        events,
-        on_pv_delete: args.on_pv_delete.into(),
-        error_requeue: crate::requeue::ERROR_REQUEUE,
-        driver: driver.clone(),
+        policy: Policy {
+            on_pv_delete: args.on_pv_delete.into(),
+            error_requeue: crate::requeue::ERROR_REQUEUE,
+        },
     });
 
     let controller_task = tokio::spawn(
@@ -307,7 +313,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let watch_task = tokio::spawn(
         migration_watch::run(
-            ctx.migrations.clone(),
+            ctx.cluster.migrations.clone(),
             cache.clone(),
             queue.clone(),
             shutdown.clone(),
@@ -341,7 +347,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     let sync_task = {
         let (health, index, shutdown) = (health.clone(), ctx.index.clone(), shutdown.clone());
-        let driver = ctx.driver.clone();
+        let driver = ctx.cluster.driver.clone();
         let (interval, leader_rx) = (args.full_sync_interval, leader.watch.clone());
         tokio::spawn(
             async move {

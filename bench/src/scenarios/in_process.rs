@@ -23,7 +23,9 @@ use volmig::backend::{
 };
 use volmig::controller::full_sync::FullSync;
 use volmig::controller::migration_cache::watch as migration_watch;
-use volmig::controller::{Context, MigrationCache, PvDeletePolicy, PvIndex, WorkQueue};
+use volmig::controller::{
+    ClusterWrites, Context, MigrationCache, Policy, PvDeletePolicy, PvIndex, WorkQueue,
+};
 use volmig::k8s::events::Events;
 use volmig::k8s::status::{KubeStatusStore, StatusWriter};
 use volmig::metrics::Metrics;
@@ -149,16 +151,20 @@ pub async fn run(
         RegistrarConfig::new(BENCH_CLUSTER).with_rate_limit(None),
     ));
     let ctx = Arc::new(Context {
-        migrations: migrations.clone(),
-        status: StatusWriter::new(client.clone()),
+        cluster: ClusterWrites {
+            migrations: migrations.clone(),
+            status: StatusWriter::new(client.clone()),
+            events: Events::new(client.clone(), "volmig-bench"),
+            driver: None,
+        },
         registrar,
         index: Arc::new(PvIndex::default()),
         leader: LeaderGate::always(),
         metrics: Metrics::new(),
-        events: Events::new(client.clone(), "volmig-bench"),
-        on_pv_delete: PvDeletePolicy::Keep,
-        error_requeue: Duration::from_secs(5),
-        driver: None,
+        policy: Policy {
+            on_pv_delete: PvDeletePolicy::Keep,
+            error_requeue: Duration::from_secs(5),
+        },
     });
     // The VolumeMigration cache, as the daemon's controller keeps it.
     let cache = Arc::new(MigrationCache::default());

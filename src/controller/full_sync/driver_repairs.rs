@@ -46,6 +46,7 @@ impl FullSync {
         }
         let change = StatusChange::Registrar(StatusUpdate::Unregistered);
         self.ctx
+            .cluster
             .status
             .write(&name, &change, vm.metadata.resource_version.as_deref())
             .await
@@ -60,6 +61,7 @@ impl FullSync {
         );
         warn!(%path, gone = %missing, removed, "withdrew a volume ID CNS no longer holds");
         self.ctx
+            .cluster
             .events
             .on_migration(&vm, EventType::Warning, event_reason::VOLUME_GONE, note)
             .await;
@@ -88,6 +90,7 @@ impl FullSync {
                  delete that object"
             );
             self.ctx
+                .cluster
                 .events
                 .on_migration(
                     &vm,

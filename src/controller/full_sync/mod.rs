@@ -235,7 +235,7 @@ impl FullSync {
         &self,
         pvs: &HashMap<VolumePath, Vec<String>>,
     ) -> HashMap<VolumePath, Vec<String>> {
-        let Some(driver) = &self.ctx.driver else {
+        let Some(driver) = &self.ctx.cluster.driver else {
             return HashMap::new();
         };
         pvs.keys()
@@ -255,6 +255,7 @@ impl FullSync {
     ) -> usize {
         if self
             .ctx
+            .cluster
             .driver
             .as_ref()
             .is_none_or(|d| !d.publish || !d.index.is_served())

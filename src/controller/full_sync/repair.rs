@@ -94,7 +94,7 @@ impl FullSync {
         match repair {
             Repair::CreateMigration(path) => {
                 ctx.metrics.full_sync_action(SyncAction::CreateMigration, 1);
-                match ensure_migration(&ctx.migrations, path).await {
+                match ensure_migration(&ctx.cluster.migrations, path).await {
                     Ok(_) => Ok(()),
                     Err(e @ EnsureError::NameCollision { .. }) => {
                         for pv in pvs.get(path).into_iter().flatten() {
@@ -142,7 +142,8 @@ impl FullSync {
                     observed_generation: self.cached(name).and_then(|vm| vm.metadata.generation),
                     pending: false,
                 };
-                ctx.status
+                ctx.cluster
+                    .status
                     .write(name, &change, version.as_deref())
                     .await
                     .map(drop)
@@ -174,7 +175,7 @@ impl FullSync {
             Repair::DeleteMigration { name, path } => {
                 ctx.metrics.full_sync_action(SyncAction::DeleteMigration, 1);
                 info!(%path, %name, "no PV for two passes; deleting the VolumeMigration");
-                delete_migration(&ctx.migrations, name)
+                delete_migration(&ctx.cluster.migrations, name)
                     .await
                     .map_err(|source| RepairError::Delete {
                         name: name.clone(),
@@ -222,6 +223,7 @@ impl FullSync {
             );
             warn!(%path, old = %missing, new = %registration.volume_id, "re-registered");
             self.ctx
+                .cluster
                 .events
                 .on_migration(&vm, EventType::Warning, event_reason::RE_REGISTERED, note)
                 .await;
@@ -270,6 +272,7 @@ impl FullSync {
             replaced: wrong.to_owned(),
         };
         self.ctx
+            .cluster
             .status
             .write(name, &change, version)
             .await
@@ -319,6 +322,7 @@ impl FullSync {
     async fn volume_id_repaired(&self, name: &str, note: String) {
         if let Some(vm) = self.cached(name) {
             self.ctx
+                .cluster
                 .events
                 .on_migration_distinct(
                     &vm,
@@ -361,6 +365,7 @@ impl FullSync {
             );
             warn!(%path, driver_id, replaced, "the CSI driver's ID wins");
             self.ctx
+                .cluster
                 .events
                 .on_migration(
                     &vm,
@@ -377,7 +382,13 @@ impl FullSync {
     /// read again (the pass's snapshot predates the repair); false when it cannot be read:
     /// a protected object is never written unprotected all the same.
     async fn protected(&self, path: &VolumePath, id: &VolumeId) -> bool {
-        match self.ctx.migrations.get_opt(&path.object_name()).await {
+        match self
+            .ctx
+            .cluster
+            .migrations
+            .get_opt(&path.object_name())
+            .await
+        {
             Ok(vm) => vm.and_then(|vm| vm.status).is_some_and(|s| {
                 s.volume_id.as_deref() == Some(id.0.as_str())
                     && s.protected_from_vm_delete == Some(true)
@@ -400,6 +411,7 @@ impl FullSync {
             ids: others.to_vec(),
         };
         self.ctx
+            .cluster
             .status
             .write(name, &change, None)
             .await
@@ -412,6 +424,7 @@ impl FullSync {
                 others.join(", ")
             );
             self.ctx
+                .cluster
                 .events
                 .on_migration(
                     &vm,

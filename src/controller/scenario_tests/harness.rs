@@ -6,6 +6,7 @@
     reason = "each scenario uses a part of the harness"
 )]
 
+use crate::controller::{ClusterWrites, Policy};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,22 +119,26 @@ fn fixture_with_driver(
     );
     let metrics = Metrics::new();
     let ctx = Context {
-        migrations: kube::Api::all(client.clone()),
-        status: StatusWriter::new(client.clone()),
+        cluster: ClusterWrites {
+            migrations: kube::Api::all(client.clone()),
+            status: StatusWriter::new(client.clone()),
+            events: Events::new(client.clone(), INSTANCE),
+            driver: driver.map(|index| {
+                Arc::new(crate::controller::publish::DriverCache {
+                    api: kube::Api::all(client.clone()),
+                    index,
+                    publish: true,
+                })
+            }),
+        },
         registrar: Arc::new(registrar),
         index,
         leader,
         metrics: metrics.clone(),
-        events: Events::new(client.clone(), INSTANCE),
-        on_pv_delete: PvDeletePolicy::Unregister,
-        error_requeue: ERROR_REQUEUE,
-        driver: driver.map(|index| {
-            Arc::new(crate::controller::publish::DriverCache {
-                api: kube::Api::all(client.clone()),
-                index,
-                publish: true,
-            })
-        }),
+        policy: Policy {
+            on_pv_delete: PvDeletePolicy::Unregister,
+            error_requeue: ERROR_REQUEUE,
+        },
     };
     Fixture {
         ctx: Arc::new(ctx),
