@@ -244,12 +244,9 @@ async fn record_name_collision(
     );
     warn!(%name, %path, "name collision");
     ctx.metrics.name_collision();
-    let change = StatusChange::Registrar(crate::registrar::StatusUpdate::Failed {
-        reason: crate::registrar::reason::NAME_COLLISION.to_owned(),
+    let change = StatusChange::NameCollision {
         message: message.clone(),
-        attempts: 0,
-        retry_after: None,
-    });
+    };
     ctx.cluster
         .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())

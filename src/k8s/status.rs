@@ -40,6 +40,19 @@ pub enum StatusChange {
         /// Also set phase `Pending`.
         pending: bool,
     },
+    /// The CNS volume of the status ID is gone while the CSI driver registers (docs/design.md
+    /// §8.3): the ID is withdrawn (phase `Pending`, no volume ID), so nothing publishes it
+    /// and the registrar adopts the driver's next registration.
+    VolumeGone {
+        /// The ID CNS no longer holds.
+        gone: String,
+    },
+    /// The object's name belongs to another path (docs/design.md §2.6): `Failed` with
+    /// reason `NameCollision`, no retry; nothing is registered through it.
+    NameCollision {
+        /// What collides with what.
+        message: String,
+    },
     /// The spec's path is invalid: `Failed` with reason `InvalidPath`, no retry.
     InvalidPath {
         /// Why the path is invalid.
@@ -236,6 +249,28 @@ pub fn status_patch(change: &StatusChange, now: jiff::Timestamp) -> Value {
             "nextRetryTime": null,
             "registeringToken": null,
             "conditions": conditions(now, false, reason::INVALID_PATH, message),
+        }),
+        StatusChange::VolumeGone { gone } => json!({
+            "phase": "Pending",
+            "volumeID": null,
+            "diskUUID": null,
+            "registeredTime": null,
+            "registeringToken": null,
+            "protectedFromVMDelete": null,
+            "conditions": conditions(
+                now,
+                false,
+                crate::k8s::events::reason::VOLUME_GONE,
+                &format!("CNS volume {gone} no longer exists; waiting for the CSI driver to register the path again"),
+            ),
+        }),
+        StatusChange::NameCollision { message } => json!({
+            "phase": "Failed",
+            "attempts": 0,
+            "lastError": {"reason": reason::NAME_COLLISION, "message": message, "time": time(now)},
+            "nextRetryTime": null,
+            "registeringToken": null,
+            "conditions": conditions(now, false, reason::NAME_COLLISION, message),
         }),
         StatusChange::Duplicates { ids } => json!({ "duplicateVolumeIDs": ids }),
         StatusChange::VolumeIdRepaired {

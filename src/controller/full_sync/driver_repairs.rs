@@ -10,7 +10,6 @@ use crate::backend::VolumeId;
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::status::StatusChange;
 use crate::metrics::SyncAction;
-use crate::registrar::StatusUpdate;
 use crate::volume_path::VolumePath;
 
 impl FullSync {
@@ -44,7 +43,9 @@ impl FullSync {
         if !live.is_empty() {
             return Ok(());
         }
-        let change = StatusChange::Registrar(StatusUpdate::Unregistered);
+        let change = StatusChange::VolumeGone {
+            gone: missing.0.clone(),
+        };
         self.ctx
             .cluster
             .status
