@@ -4,7 +4,7 @@
 //! The crate is layered by role (docs/design.md is the contract):
 //! - domain: [`volume_path`] (the in-tree path and the names derived from it),
 //!   [`path_intern`] (one shared copy of each path), [`compact_text`] (identifiers in 16
-//!   bytes), [`api`] (the custom resource);
+//!   bytes), [`volume_migration`] (the custom resource);
 //! - [`registrar`]: the one place that registers, behind two seams — [`backend`] (vCenter)
 //!   and [`registrar::StatusStore`] (where the mapping is recorded);
 //! - [`controller`]: PV watcher and index, reconciler, full sync;
@@ -15,7 +15,6 @@
 //!   [`credentials`];
 //! - entry points: [`cli`], [`daemon`] (`volmig run`), [`lookup`].
 
-pub mod api;
 pub mod backend;
 pub mod check;
 pub mod cli;
@@ -34,6 +33,7 @@ pub mod report;
 pub mod requeue;
 pub mod syncer_lease;
 pub mod vcenter_config;
+pub mod volume_migration;
 pub mod volume_path;
 
 pub use volume_path::{PathError, VolumePath};

@@ -4,8 +4,8 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 
-use crate::api::{Phase, VolumeMigration};
 use crate::backend::VolumeId;
+use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::{PathError, VolumePath};
 
 /// Why a lookup gave no volume ID.

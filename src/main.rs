@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Command::Crd(args) => match if args.driver {
             volmig::k8s::driver_cache::crd_yaml()
         } else {
-            volmig::api::crd_yaml()
+            volmig::volume_migration::crd_yaml()
         } {
             Ok(yaml) => {
                 print!("{yaml}");

@@ -28,7 +28,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use vcsim::{SimStats, Vcsim, VcsimOptions};
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 const NAMESPACE: &str = "vmware-system-csi";
 const SECRET: &str = "vsphere-config-secret";

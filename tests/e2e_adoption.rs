@@ -26,8 +26,8 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::{Api, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
+use volmig::volume_migration::Phase;
 
 const PASSES_OK: &str = "volmig_full_sync_passes_total{result=\"ok\"}";
 /// Counts the full sync's `AdoptDriverId` (and `Duplicates`) repairs.

@@ -24,7 +24,7 @@ use e2e::{Cluster, Daemon, chart_rbac, phase, volume_id};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 /// The driver's namespace (`--driver-namespace` default).
 const DRIVER_NAMESPACE: &str = "vmware-system-csi";

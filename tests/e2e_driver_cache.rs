@@ -32,8 +32,8 @@ use informer::DriverInformer;
 use kube::api::{Api, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+use volmig::volume_migration::Phase;
 
 /// The driver's cache as the driver builds it: raw volume path → volume ID.
 async fn driver_cache(cluster: &Cluster) -> BTreeMap<String, (String, bool)> {

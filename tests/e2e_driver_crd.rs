@@ -21,8 +21,8 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::{Api, DeleteParams, ListParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+use volmig::volume_migration::Phase;
 
 /// The driver's objects: name → (volume path, volume ID).
 async fn driver_objects(cluster: &Cluster) -> BTreeMap<String, (String, String)> {

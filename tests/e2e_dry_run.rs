@@ -19,7 +19,7 @@ use std::time::Duration;
 use e2e::{Cluster, Daemon, phase, wait_for};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 /// SOAP methods that only read: the dry run may call these and nothing else.
 fn read_only(method: &str) -> bool {
@@ -232,7 +232,7 @@ async fn dry_run_once_prints_the_plan_and_exits_by_it() {
 
     // Settled: Registered, protected from VM deletion (else full sync would still protect
     // it) and listing its PV.
-    let settled = |vm: &volmig::api::VolumeMigration| {
+    let settled = |vm: &volmig::volume_migration::VolumeMigration| {
         let status = vm.status.as_ref();
         phase(vm) == Some(Phase::Registered)
             && status.and_then(|s| s.protected_from_vm_delete) == Some(true)

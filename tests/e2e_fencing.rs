@@ -44,7 +44,7 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::PostParams;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::{Phase, VolumeMigration, VolumeMigrationSpec};
+use volmig::volume_migration::{Phase, VolumeMigration, VolumeMigrationSpec};
 
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).expect("valid").canonical()

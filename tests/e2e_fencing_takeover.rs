@@ -28,7 +28,7 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::PostParams;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::{Phase, VolumeMigration};
+use volmig::volume_migration::{Phase, VolumeMigration};
 
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).expect("valid").canonical()

@@ -19,7 +19,7 @@ use std::time::Duration;
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 const CONVERGE: Duration = Duration::from_secs(120);
 
@@ -27,7 +27,7 @@ const CONVERGE: Duration = Duration::from_secs(120);
 async fn converged(
     cluster: &Cluster,
     paths: &BTreeSet<String>,
-) -> BTreeMap<String, volmig::api::VolumeMigration> {
+) -> BTreeMap<String, volmig::volume_migration::VolumeMigration> {
     wait_for(
         CONVERGE,
         "every VolumeMigration Registered or Failed",
@@ -69,7 +69,7 @@ async fn registered_within(
     volume_path: &str,
     timeout: Duration,
     what: &str,
-) -> volmig::api::VolumeMigration {
+) -> volmig::volume_migration::VolumeMigration {
     wait_for(timeout, what, || async {
         cluster
             .migration(volume_path)

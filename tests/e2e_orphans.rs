@@ -20,7 +20,7 @@ use std::time::Duration;
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 /// The cluster ID of cluster A ([`Daemon::spawn`]'s default).
 const CLUSTER_A: &str = "e2e-cluster";

@@ -23,8 +23,8 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::{Api, ListParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+use volmig::volume_migration::Phase;
 
 const CONVERGE: Duration = Duration::from_secs(90);
 

@@ -23,7 +23,7 @@ use csi_driver::{CsiDriverDouble, DriverOptions};
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 fn canonical(path: &str) -> String {
     VolumePath::parse(path).unwrap().canonical()

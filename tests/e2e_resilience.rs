@@ -20,7 +20,7 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use rand::{Rng, SeedableRng};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 /// How long convergence may take (`VOLMIG_E2E_CONVERGE_SECS` shortens it when checking
 /// that a deliberately broken build fails).

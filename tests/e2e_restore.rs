@@ -23,8 +23,8 @@ use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+use volmig::volume_migration::Phase;
 
 /// In-tree PVs of the scenario; the first half is lost outright, the second half comes
 /// back from a backup without status.

@@ -31,7 +31,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 const DRIVER_NAMESPACE: &str = "vmware-system-csi";
 

@@ -88,7 +88,7 @@ fn chart_crd_is_the_generated_crd() {
         "charts/volmig/crds/volumemigrations.yaml differs from crds/volumemigrations.yaml: \
          run `make crd` (it copies the CRD into the chart)"
     );
-    let generated = volmig::api::crd_yaml().expect("render the CRD");
+    let generated = volmig::volume_migration::crd_yaml().expect("render the CRD");
     assert!(
         chart_crd == generated,
         "the chart's CRD is not what `volmig crd` prints"

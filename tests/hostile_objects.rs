@@ -23,7 +23,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::{MAX_STATUS_PVS, Phase, VolumeMigration, VolumeMigrationSpec};
+use volmig::volume_migration::{MAX_STATUS_PVS, Phase, VolumeMigration, VolumeMigrationSpec};
 
 const CONVERGE: Duration = Duration::from_secs(120);
 

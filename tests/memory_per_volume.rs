@@ -19,10 +19,10 @@ use std::sync::Arc;
 use cap::Cap;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
-use volmig::api::VolumeMigration;
 use volmig::controller::{MigrationCache, PvIndex};
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigrationSpec, DriverIndex};
 use volmig::path_intern;
+use volmig::volume_migration::VolumeMigration;
 
 #[global_allocator]
 static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);

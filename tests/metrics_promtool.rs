@@ -32,10 +32,10 @@ mod promql;
 #[path = "support/vcsim.rs"]
 mod vcsim;
 
-use volmig::api::Phase;
 use volmig::backend::op;
 use volmig::http::{self, Health, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE};
 use volmig::metrics::{BackendResult, Metrics, RegistrationResult, SyncAction};
+use volmig::volume_migration::Phase;
 
 /// A Metrics that has seen activity in every family and every closed label value.
 fn busy_metrics() -> Metrics {

@@ -31,8 +31,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::api::{FINALIZER, Phase, VolumeMigration, VolumeMigrationSpec};
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
+use volmig::volume_migration::{FINALIZER, Phase, VolumeMigration, VolumeMigrationSpec};
 
 /// How long one case may run before it is judged (the control run converges in a few
 /// seconds; a missing rule is denied within the first requests).

@@ -28,7 +28,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use volmig::VolumePath;
-use volmig::api::{VolumeMigration, VolumeMigrationSpec};
+use volmig::volume_migration::{VolumeMigration, VolumeMigrationSpec};
 
 /// `[/DC0/datastore/LocalDS_0] kubevols//a.vmdk`: a non-canonical spelling, so the driver
 /// object must carry this raw string, not the canonical one.

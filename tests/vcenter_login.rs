@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use e2e::{Cluster, free_port, phase, volume_id, wait_for};
 use tokio::process::{Child, Command};
 use vcsim::{SimStats, Vcsim, VcsimOptions};
-use volmig::api::Phase;
+use volmig::volume_migration::Phase;
 
 /// `volmig run` with exactly `flags` (plus kubeconfig, HTTP addresses and holder ID).
 struct Volmig {

@@ -10,12 +10,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_testserver::{Options, Stats, TestServer, Verb};
 use volmig::VolumePath;
-use volmig::api::{FIELD_MANAGER, Phase, VolumeMigration};
 use volmig::backend::VolumeId;
 use volmig::k8s::driver_cache::{
     CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec, MANAGED_BY,
 };
 use volmig::registrar::StatusUpdate;
+use volmig::volume_migration::{FIELD_MANAGER, Phase, VolumeMigration};
 
 /// User agent of every request the benchmark itself makes, so that its own writes (PV
 /// creation) are told apart from volmig's at the server.
@@ -70,7 +70,7 @@ impl Cluster {
     }
 
     async fn install(&self) -> anyhow::Result<()> {
-        let yaml = volmig::api::crd_yaml().context("rendering the CRD")?;
+        let yaml = volmig::volume_migration::crd_yaml().context("rendering the CRD")?;
         let crd: CustomResourceDefinition =
             serde_saphyr::from_str(&yaml).context("parsing the CRD")?;
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());

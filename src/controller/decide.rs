@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::PvDeletePolicy;
-use crate::api::{FINALIZER, Phase, VolumeMigration};
 use crate::k8s::status::retry_due_in;
 use crate::registrar::reason;
+use crate::volume_migration::{FINALIZER, Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 use crate::requeue::DELETION_WAIT;
@@ -85,13 +85,16 @@ fn is_permanent_reason(r: &str) -> bool {
     )
 }
 
-/// Whether the status PV list (at most [`crate::api::MAX_STATUS_PVS`] names, plus the
+/// Whether the status PV list (at most [`crate::volume_migration::MAX_STATUS_PVS`] names, plus the
 /// count once the list is cut) no longer describes `pvs`. A complete list is its own count:
 /// objects written before the count existed are not rewritten for it.
-pub fn pv_list_stale(status: &crate::api::VolumeMigrationStatus, pvs: &[String]) -> bool {
+pub fn pv_list_stale(
+    status: &crate::volume_migration::VolumeMigrationStatus,
+    pvs: &[String],
+) -> bool {
     let listed = status.persistent_volumes.as_deref().unwrap_or_default();
-    listed != crate::api::status_pv_names(pvs)
-        || (pvs.len() > crate::api::MAX_STATUS_PVS
+    listed != crate::volume_migration::status_pv_names(pvs)
+        || (pvs.len() > crate::volume_migration::MAX_STATUS_PVS
             && status.persistent_volume_count != Some(pvs.len() as u64))
 }
 

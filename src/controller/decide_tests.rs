@@ -1,5 +1,5 @@
 use super::*;
-use crate::api::{LastError, VolumeMigrationSpec, VolumeMigrationStatus};
+use crate::volume_migration::{LastError, VolumeMigrationSpec, VolumeMigrationStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const PATH: &str = "[ds] k/disk.vmdk";
@@ -296,7 +296,7 @@ fn an_object_named_after_another_path_is_a_collision_recorded_once() {
 
 #[test]
 fn a_pv_list_longer_than_the_cap_is_cut_and_counted() {
-    use crate::api::MAX_STATUS_PVS;
+    use crate::volume_migration::MAX_STATUS_PVS;
     let names: Vec<String> = (0..MAX_STATUS_PVS + 5)
         .map(|i| format!("pv-{i:05}"))
         .collect();

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use kube::api::Api;
 
-use crate::api::VolumeMigration;
 use crate::k8s::events::Events;
 use crate::k8s::status::StatusWriter;
 use crate::metrics::Metrics;
 use crate::registrar::{LeaderGate, Registrar};
+use crate::volume_migration::VolumeMigration;
 
 pub mod decide;
 mod error;

@@ -6,10 +6,10 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::Context;
-use crate::api::VolumeMigration;
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::metrics::RegistrationResult;
 use crate::registrar::{RegisterError, reason};
+use crate::volume_migration::VolumeMigration;
 use crate::volume_path::VolumePath;
 
 /// Registers `path` for `vm` through the registrar, then records the outcome. Nothing is

@@ -15,11 +15,11 @@ use tracing::{debug, info, warn};
 
 use super::outcome::register_and_report;
 use super::{Context, Error, Observed, Result, Step, decide};
-use crate::api::{FIELD_MANAGER, FINALIZER, VolumeMigration};
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::ensure_migration;
 use crate::k8s::status::StatusChange;
 use crate::registrar::RegisterError;
+use crate::volume_migration::{FIELD_MANAGER, FINALIZER, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 use crate::requeue::{INDEX_WAIT, Requeue};

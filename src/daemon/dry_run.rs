@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use tracing::{info, warn};
 
-use crate::api::{Phase, VolumeMigration};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{VolumeBackend, VolumeId, list_all_volumes};
 use crate::cli::RunArgs;
@@ -26,6 +25,7 @@ use crate::controller::{PvDeletePolicy, PvIndex};
 use crate::k8s::client::for_each_page;
 use crate::k8s::driver_cache::DriverChange;
 use crate::metrics::Metrics;
+use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 use super::dry_run_plan::{Action, Group, Inputs, Plan};

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use crate::api::Phase;
 use crate::controller::publish::DriverCache;
 use crate::controller::{MigrationCache, PvIndex};
 use crate::syncer_lease::HandOverCheck;
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 /// What is still missing before the hand-over, counted.

@@ -11,7 +11,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::api::VolumeMigration;
 use crate::backend::VolumeBackend;
 use crate::backend::cns::{CnsBackend, CnsConfig, CnsOptions};
 use crate::backend::metered::MeteredBackend;
@@ -30,6 +29,7 @@ use crate::leader::default_holder_id;
 use crate::metrics::Metrics;
 use crate::registrar::{Registrar, RegistrarConfig, RetryPolicy};
 use crate::vcenter_config::{VcenterFlags, VcenterSettings};
+use crate::volume_migration::VolumeMigration;
 
 pub mod cluster_id;
 mod driver_cache;

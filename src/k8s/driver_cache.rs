@@ -17,10 +17,10 @@ use super::error_class::{KubeErrorClass, classify};
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use crate::api::FIELD_MANAGER;
 use crate::backend::VolumeId;
 use crate::compact_text::{CompactSet, CompactText, TextRef};
 use crate::path_intern::{self, NamesByPath};
+use crate::volume_migration::FIELD_MANAGER;
 use crate::volume_path::VolumePath;
 
 #[path = "driver_cache_crd.rs"]

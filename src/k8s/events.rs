@@ -19,7 +19,7 @@ pub use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt as _};
 use tracing::warn;
 
-use crate::api::VolumeMigration;
+use crate::volume_migration::VolumeMigration;
 
 /// The namespaces the API server accepts an `events.k8s.io/v1` Event about a cluster-scoped
 /// object in (its Event validation: `default`, or `kube-system`).

@@ -5,7 +5,7 @@ use super::error_class::{KubeErrorClass, classify};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tracing::debug;
 
-use crate::api::{FIELD_MANAGER, FINALIZER, VolumeMigration, VolumeMigrationSpec};
+use crate::volume_migration::{FIELD_MANAGER, FINALIZER, VolumeMigration, VolumeMigrationSpec};
 use crate::volume_path::VolumePath;
 
 /// The object volmig creates for `path`: canonical spec, finalizer already set (saving a

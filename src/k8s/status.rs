@@ -11,11 +11,11 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{FIELD_MANAGER, Phase, VolumeMigration, VolumeMigrationStatus};
 use crate::backend::VolumeId;
 use crate::registrar::{
     StatusStore, StatusUpdate, StoreError, StoreErrorKind, StoredState, Version, reason,
 };
+use crate::volume_migration::{FIELD_MANAGER, Phase, VolumeMigration, VolumeMigrationStatus};
 use crate::volume_path::VolumePath;
 
 /// Condition types written in `status.conditions`.
@@ -97,7 +97,7 @@ pub type StatusExtrasSource = std::sync::Arc<dyn Fn(&VolumePath) -> StatusExtras
 
 fn pv_fields(pvs: &[String], observed_generation: Option<i64>) -> Value {
     json!({
-        "persistentVolumes": crate::api::status_pv_names(pvs),
+        "persistentVolumes": crate::volume_migration::status_pv_names(pvs),
         "persistentVolumeCount": pvs.len(),
         "observedGeneration": observed_generation,
     })

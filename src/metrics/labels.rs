@@ -4,7 +4,7 @@ use std::fmt::{self, Write as _};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use crate::api::Phase;
+use crate::volume_migration::Phase;
 
 /// Declares a closed set of label values with a `snake_case` spelling.
 macro_rules! label_enum {

@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::api::Phase;
+use crate::volume_migration::Phase;
 
 mod families;
 mod labels;

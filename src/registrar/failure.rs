@@ -4,8 +4,8 @@
 use tracing::warn;
 
 use super::{RegisterError, Registrar, StatusUpdate, StoredState, stages};
-use crate::api::Phase;
 use crate::metrics::RegistrationStage;
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 impl Registrar {

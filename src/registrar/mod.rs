@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use crate::api::Phase;
 use crate::backend::{BackendError, CreateVolumeRequest, VolumeBackend, VolumeId};
 use crate::metrics::{Metrics, RegistrationStage};
 use crate::syncer_lease::{NotRegistrar, RegistrarModeGate};
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 mod create;

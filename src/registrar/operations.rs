@@ -12,10 +12,10 @@ use super::{
     HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
     StoredState, Version, choose_adoptee, create_request, stages,
 };
-use crate::api::Phase;
 use crate::backend::selection::date_volumes_of_one_disk;
 use crate::backend::{CnsVolume, ErrorClass, VolumeId};
 use crate::metrics::RegistrationStage;
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 /// Creates one `register` call may send at most; each after the grace of the one before.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::api::Phase;
 use crate::backend::VolumeId;
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 /// An opaque version of a stored status (the object's `resourceVersion`).

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind, Version};
-use crate::api::Phase;
 use crate::backend::{CnsVolume, ErrorClass, VolumeId};
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 impl Registrar {

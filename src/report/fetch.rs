@@ -13,9 +13,9 @@ use serde::de::DeserializeOwned;
 
 use super::model::{DriverCache, DriverCacheRequirement, DriverObject, InTreePv, Inputs};
 use super::registrar::{SyncerLease, SyncerLeaseRead};
-use crate::api::VolumeMigration;
 use crate::k8s::paged::{ItemMeta, PvPath, for_each_item_page};
 use crate::syncer_lease::SyncerLeaseConfig;
+use crate::volume_migration::VolumeMigration;
 
 /// Objects per list page.
 pub const PAGE_SIZE: u32 = 500;

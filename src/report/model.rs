@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::registrar::Registrar;
-use crate::api::{Phase, VolumeMigration};
+use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 /// Reasons the report derives itself (besides `status.lastError.reason`, copied as is).

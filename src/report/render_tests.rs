@@ -1,9 +1,9 @@
 use super::*;
-use crate::api::Phase;
 use crate::report::model::{
     Advice, DriverCacheSummary, NO_PHASE, PvCounts, Report, Row, Totals, reason,
 };
 use crate::report::registrar::{Mode, Registrar};
+use crate::volume_migration::Phase;
 
 /// A small RFC 4180 reader: records of fields; quoted fields may hold `,`, `"` (doubled)
 /// and line breaks; records end in CRLF (or LF).

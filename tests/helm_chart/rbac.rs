@@ -60,7 +60,7 @@ fn rbac_is_least_privilege_and_commented() {
     // (src/k8s/events.rs), both cluster-scoped, and all written in `events.namespace`
     // (default `default`): a Role there with create and patch (a repeated Event becomes a
     // series), nothing else.
-    let crd = volmig::api::crd_yaml().expect("render the CRD");
+    let crd = volmig::volume_migration::crd_yaml().expect("render the CRD");
     assert!(
         crd.contains("\n  scope: Cluster\n"),
         "VolumeMigrations are cluster-scoped"

@@ -22,7 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use volmig::api::{Phase, VolumeMigration};
+use volmig::volume_migration::{Phase, VolumeMigration};
 
 use super::vcsim::Vcsim;
 

@@ -16,7 +16,6 @@ use kube::api::Api;
 use kube_testserver::Verb;
 use tokio_util::sync::CancellationToken;
 use volmig::VolumePath;
-use volmig::api::VolumeMigration;
 use volmig::backend::{
     BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId, VolumePage,
     op,
@@ -30,6 +29,7 @@ use volmig::k8s::events::Events;
 use volmig::k8s::status::{KubeStatusStore, StatusWriter};
 use volmig::metrics::Metrics;
 use volmig::registrar::{LeaderGate, Registrar, RegistrarConfig};
+use volmig::volume_migration::VolumeMigration;
 
 use super::progress;
 use crate::cluster::{self, Cluster, Volume};

@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::{Context, MigrationCache};
-use crate::api::{Phase, VolumeMigration};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
 use crate::k8s::paged::{PvPath, for_each_item_page};
+use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 mod driver_repairs;

@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::api::Phase;
 use crate::backend::CnsVolume;
 use crate::backend::selection::oldest;
+use crate::volume_migration::Phase;
 use crate::volume_path::{CNS_NAME_PREFIX, VolumePath};
 
 /// What full sync needs of one VolumeMigration.
@@ -345,7 +345,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
         }
         // The count beyond the listed names is kept by the reconciler (it sees every PV
         // change); a pass compares what it can see in the record.
-        if m.pvs != crate::api::status_pv_names(pvs) {
+        if m.pvs != crate::volume_migration::status_pv_names(pvs) {
             push(Repair::SetPvs {
                 name: m.name.clone(),
                 pvs: pvs.clone(),

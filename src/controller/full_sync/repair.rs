@@ -8,13 +8,13 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::plan::WrongId;
 use super::{FullSync, Repair};
-use crate::api::VolumeMigration;
 use crate::backend::VolumeId;
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::{EnsureError, delete_migration, ensure_migration};
 use crate::k8s::status::{StatusChange, WriteError};
 use crate::metrics::SyncAction;
 use crate::registrar::RegisterError;
+use crate::volume_migration::VolumeMigration;
 use crate::volume_path::VolumePath;
 
 /// Why one repair failed (it is tried again by the next pass).

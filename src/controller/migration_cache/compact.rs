@@ -8,12 +8,12 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
-use crate::api::{
-    FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
-};
 use crate::compact_text::CompactText as Token;
 use crate::controller::full_sync::MigrationRecord;
 use crate::path_intern;
+use crate::volume_migration::{
+    FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
+};
 use crate::volume_path::VolumePath;
 
 fn token(text: Option<&String>) -> Option<Token> {

@@ -11,8 +11,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
-use crate::api::VolumeMigration;
 use crate::controller::full_sync::MigrationRecord;
+use crate::volume_migration::VolumeMigration;
 use crate::volume_path::VolumePath;
 
 mod compact;

@@ -7,7 +7,7 @@ use super::*;
 fn vm(name: &str, path: &str, version: &str) -> VolumeMigration {
     serde_json::from_value(json!({
         "metadata": {"name": name, "resourceVersion": version, "generation": 3,
-            "finalizers": [crate::api::FINALIZER]},
+            "finalizers": [crate::volume_migration::FINALIZER]},
         "spec": {"volumePath": path},
         "status": {"phase": "Registered", "volumeID": "v-1", "persistentVolumes": ["pv-1"]},
     }))

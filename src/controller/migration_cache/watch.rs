@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::MigrationCache;
-use crate::api::VolumeMigration;
 use crate::controller::work_queue::WorkQueue;
+use crate::volume_migration::VolumeMigration;
 
 /// Applies one watch event to `cache`; returns the name to reconcile, if any. A deleted
 /// object is not reconciled: its finalizer kept it until volmig was done with it.

@@ -20,7 +20,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower_test::mock::{Handle, SendResponse};
 
-use crate::api::{FINALIZER, VolumeMigration};
 use crate::backend::memory::InMemoryBackend;
 use crate::backend::{CreateVolumeRequest, VolumeBackend, VolumeId, op};
 use crate::controller::full_sync::{FullSync, PassSummary};
@@ -31,6 +30,7 @@ use crate::k8s::events::Events;
 use crate::k8s::status::{KubeStatusStore, StatusWriter};
 use crate::metrics::Metrics;
 use crate::registrar::{LeaderGate, Registrar, RegistrarConfig};
+use crate::volume_migration::{FINALIZER, VolumeMigration};
 use crate::volume_path::VolumePath;
 
 pub(super) use super::scripted_api::*;

@@ -12,12 +12,12 @@ mod publishing;
 mod scripted_api;
 mod terms;
 
-use crate::api::FINALIZER;
 use crate::backend::{VolumeBackend, op};
 use crate::controller::Action;
 use crate::controller::Error;
 use crate::controller::full_sync::PassSummary;
 use crate::controller::reconcile::error_policy;
+use crate::volume_migration::FINALIZER;
 use crate::volume_path::VolumePath;
 use http::{Method, StatusCode};
 use serde_json::json;

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tower_test::mock::{Handle, SendResponse};
 
 use super::harness::{EVENTS, HANG_GUARD, INSTANCE};
-use crate::api::VolumeMigration;
+use crate::volume_migration::VolumeMigration;
 
 /// One request the controller made, waiting for its answer.
 pub(super) struct Call {

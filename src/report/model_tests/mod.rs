@@ -1,5 +1,5 @@
 use super::*;
-use crate::api::{LastError, VolumeMigrationSpec, VolumeMigrationStatus};
+use crate::volume_migration::{LastError, VolumeMigrationSpec, VolumeMigrationStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const P1: &str = "[LocalDS_0] kubevols/disk-1.vmdk";
