@@ -9,6 +9,7 @@
 
 mod harness;
 mod publishing;
+mod requeue_table;
 mod scripted_api;
 mod terms;
 
