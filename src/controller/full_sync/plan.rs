@@ -226,61 +226,9 @@ pub struct PassInputs<'a> {
     pub driver_ids: &'a HashMap<VolumePath, Vec<String>>,
 }
 
-/// The ID the CSI driver's cache holds for `path` that still exists in CNS and is not
-/// known to back another disk (a hand-made or stale object must not move the path to
-/// another disk's volume, docs/design.md §8.2); the smallest, for determinism, when it
-/// holds several.
-fn live_driver_id<'a>(
-    inputs: &'a PassInputs<'_>,
-    live: &HashSet<&str>,
-    disk_of: &HashMap<&str, &VolumePath>,
-    path: &VolumePath,
-) -> Option<&'a str> {
-    inputs
-        .driver_ids
-        .get(path)?
-        .iter()
-        .filter(|id| live.contains(id.as_str()))
-        .filter(|id| disk_of.get(id.as_str()).is_none_or(|disk| *disk == path))
-        .map(String::as_str)
-        .min()
-}
-
-/// The IDs the CSI driver's cache holds for `path` whose live volume backs another disk.
-fn foreign_driver_ids<'a>(
-    inputs: &'a PassInputs<'_>,
-    live: &HashSet<&str>,
-    disk_of: &HashMap<&str, &'a VolumePath>,
-    path: &VolumePath,
-) -> Vec<(&'a str, &'a VolumePath)> {
-    let Some(ids) = inputs.driver_ids.get(path) else {
-        return Vec::new();
-    };
-    ids.iter()
-        .filter(|id| live.contains(id.as_str()))
-        .filter_map(|id| Some((id.as_str(), *disk_of.get(id.as_str())?)))
-        .filter(|(_, disk)| *disk != path)
-        .collect()
-}
-
-/// Why the status ID `id` of `path` is not this path's CNS volume, if it is not: no live
-/// volume has it, or the live volume with it backs another disk. A live volume whose disk
-/// is unknown (no backing path, a foreign name, not in the driver's cache) is given the
-/// benefit of the doubt.
-fn wrong_id(
-    live: &HashSet<&str>,
-    disk_of: &HashMap<&str, &VolumePath>,
-    path: &VolumePath,
-    id: &str,
-) -> Option<WrongId> {
-    if !live.contains(id) {
-        return Some(WrongId::NotInCns);
-    }
-    disk_of
-        .get(id)
-        .filter(|disk| **disk != path)
-        .map(|disk| WrongId::OtherDisk((*disk).clone()))
-}
+#[path = "plan_ids.rs"]
+mod ids;
+use ids::{foreign_driver_ids, live_driver_id, wrong_id};
 
 /// Whether the metadata of `volume` names `cluster_id` and no other cluster. Volume names
 /// carry no cluster ID and the listing holds every CNS volume of the vCenter: a volume
