@@ -150,13 +150,21 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
 
 /// Back to `Pending` without a volume: every field of the registration cleared.
 fn withdrawn(now: jiff::Timestamp, reason: &str, message: &str) -> Value {
-    json!({
+    let mut status = json!({
         "phase": "Pending",
-        "volumeID": null,
-        "diskUUID": null,
-        "registeredTime": null,
-        "registeringToken": null,
-        "protectedFromVMDelete": null,
         "conditions": conditions(now, false, reason, message),
-    })
+    });
+    for cleared in REGISTRATION_FIELDS {
+        status[cleared] = Value::Null;
+    }
+    status
 }
+
+/// The status fields a registration sets, which a withdrawn one clears.
+const REGISTRATION_FIELDS: [&str; 5] = [
+    "volumeID",
+    "diskUUID",
+    "registeredTime",
+    "registeringToken",
+    "protectedFromVMDelete",
+];
