@@ -102,6 +102,15 @@ pub struct LastError {
     pub time: Time,
 }
 
+/// The vCenter task of a create in flight (`status.registeringTask`, docs/design.md §4.4).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct RegisteringTask {
+    /// The `registeringToken` of the write-ahead the create was sent under.
+    pub token: String,
+    /// The task's managed object reference value, e.g. `task-123`.
+    pub task: String,
+}
+
 /// Observed state: the published mapping and how it got there.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -116,11 +125,13 @@ pub struct VolumeMigrationStatus {
     #[serde(default, rename = "diskUUID", skip_serializing_if = "Option::is_none")]
     pub disk_uuid: Option<String>,
     /// Names of the PersistentVolumes that reference this vmdk, sorted; at most the
-    /// first 1000 (see `persistentVolumeCount`).
+    /// first 1000 (see `persistentVolumeCount`). A pod that names the vmdk inline
+    /// (`spec.volumes[].vsphereVolume`) is listed as `pod/<namespace>/<pod>/<volume>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volumes: Option<Vec<String>>,
-    /// How many PersistentVolumes reference this vmdk (`persistentVolumes` lists at most
-    /// 1000 of them, to keep the object well under etcd's size limit).
+    /// How many PersistentVolumes (and inline pod volumes) reference this vmdk
+    /// (`persistentVolumes` lists at most 1000 of them, to keep the object well under
+    /// etcd's size limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_count: Option<u64>,
     /// Registration attempts made by the current (or last) registration run.
@@ -147,6 +158,12 @@ pub struct VolumeMigrationStatus {
     /// creating again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registering_token: Option<String>,
+    /// The vCenter task of the create sent under `registeringToken`, recorded when it ran
+    /// longer than a few seconds: a successor follows that task to its end instead of
+    /// creating again (docs/design.md §4.4). Meaningful only while its `token` is the
+    /// `registeringToken` of a `Registering` status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registering_task: Option<RegisteringTask>,
     /// True once the disk is kept when a VM it is attached to is deleted (the FCD's
     /// `keepAfterDeleteVm` flag; docs/design.md §8.3).
     #[serde(

@@ -20,7 +20,8 @@ use tracing_subscriber::fmt::MakeWriter;
 use volmig::VolumePath;
 use volmig::backend::cns::{CnsBackend, CnsConfig};
 use volmig::backend::{
-    BackendError, CreateVolumeRequest, ErrorClass, VolumeBackend, VolumeId, list_all_volumes,
+    BackendError, CreateVolumeRequest, ErrorClass, TaskState, VolumeBackend, VolumeId,
+    list_all_volumes,
 };
 use volmig::registrar::{InMemoryStatusStore, RegisterError, Registrar, RegistrarConfig};
 
@@ -660,4 +661,171 @@ async fn the_create_fence_is_asked_again_before_a_send_after_a_re_login() {
     assert!(err.is_called_off(), "{err}");
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(sim.volumes().await.len(), 1, "nothing created for {second}");
+}
+
+/// docs/design.md §4.3: on a vCenter older than 7.0 Update 1 (the default profile, 6.5:
+/// no `CnsAlreadyRegisteredFault`) the look-up by backing disk finds the vmdk's volume
+/// under a foreign `pvc-…` name, through every page of the vmdk's datastore and of that
+/// datastore only; a foreign-named volume of another vmdk on the same datastore, and one of
+/// the same file on another datastore, are not found. `volumes_missed_by_name` runs it
+/// only when the query by name found nothing, and never from 7.0 Update 1 on.
+#[tokio::test]
+async fn the_look_up_by_backing_disk_finds_a_foreign_name_on_old_vcenters() {
+    let opts = VcsimOptions {
+        page_limit: 2,
+        datastores: 2,
+        ..VcsimOptions::default().vmdks(4)
+    };
+    let sim = Vcsim::start(opts).await;
+    let backend = connect(&sim).await;
+    assert!(!backend.version().refuses_re_registration());
+    let raw = |n| sim.vmdk_path("kubevols", n);
+    let file = |n| raw(n).split_once("] ").unwrap().1.to_owned();
+    let (dc, ds0, ds1) = (
+        sim.datacenter.clone(),
+        sim.datastores[0].name.clone(),
+        sim.datastores[1].name.clone(),
+    );
+    let soap = sim.soap().await;
+    // LocalDS_0, by creation: volmig's 1, pvc-other (2), volmig's 3, pvc-target (4), so
+    // the target is on the second page of two volumes.
+    backend
+        .create_volume(&request(&path(&raw(1))))
+        .await
+        .unwrap();
+    let other = soap
+        .create_volume("pvc-other", &dc, &ds0, &file(2), CLUSTER)
+        .await;
+    backend
+        .create_volume(&request(&path(&raw(3))))
+        .await
+        .unwrap();
+    let target = soap
+        .create_volume("pvc-target", &dc, &ds0, &file(4), CLUSTER)
+        .await;
+    // The same file name on LocalDS_1, and more volumes there than on LocalDS_0.
+    for n in 1..=4 {
+        let elsewhere = format!("[{ds1}] {}", file(n));
+        sim.create_vmdk(&elsewhere).await;
+        soap.create_volume(&format!("pvc-elsewhere-{n}"), &dc, &ds1, &file(n), CLUSTER)
+            .await;
+    }
+    assert_eq!(sim.volumes().await.len(), 8);
+    let disk = path(&raw(4));
+    let ids = |found: &[volmig::backend::CnsVolume]| {
+        found.iter().map(|v| v.id.0.clone()).collect::<Vec<_>>()
+    };
+
+    sim.reset_stats().await;
+    let found = backend.volumes_backed_by(&disk).await.unwrap();
+    assert_eq!(ids(&found), vec![target.clone()], "{found:?}");
+    assert_eq!(found[0].name, "pvc-target");
+    assert_eq!(
+        sim.stats().await.calls("CnsQueryVolume"),
+        2,
+        "LocalDS_0's 4 volumes in pages of 2; LocalDS_1's are filtered out by CNS"
+    );
+    let other_disk = backend.volumes_backed_by(&path(&raw(2))).await.unwrap();
+    assert_eq!(ids(&other_disk), vec![other]);
+    let nothing = backend
+        .volumes_backed_by(&path("[LocalDS_0] kubevols/none.vmdk"))
+        .await
+        .unwrap();
+    assert!(nothing.is_empty(), "{nothing:?}");
+    let no_datastore = backend
+        .volumes_backed_by(&path("[nowhere] kubevols/disk-0004.vmdk"))
+        .await
+        .unwrap();
+    assert!(no_datastore.is_empty(), "{no_datastore:?}");
+
+    // What find_volumes adds: the look-up when the query by name found nothing, else no call.
+    let by_name = backend
+        .find_volumes(&disk.cns_volume_name(), &disk)
+        .await
+        .unwrap();
+    let added = backend.volumes_missed_by_name(&disk, &[]).await.unwrap();
+    assert_eq!(ids(&added), vec![target.clone()]);
+    let own = path(&raw(3));
+    let own_found = backend
+        .find_volumes(&own.cns_volume_name(), &own)
+        .await
+        .unwrap();
+    assert_eq!(own_found.len(), 1);
+    sim.reset_stats().await;
+    let skipped = backend
+        .volumes_missed_by_name(&own, &own_found)
+        .await
+        .unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(sim.stats().await.calls("CnsQueryVolume"), 0);
+    assert!(
+        by_name.iter().all(|v| v.id.0 == target),
+        "find_volumes keeps only this disk's volumes: {by_name:?}"
+    );
+
+    // From 7.0 Update 1 CNS refuses a second registration itself: no look-up, no call.
+    sim.set_vcenter_version("7.0.3").await;
+    let newer = connect(&sim).await;
+    assert!(newer.version().refuses_re_registration());
+    sim.reset_stats().await;
+    let none = newer.volumes_missed_by_name(&disk, &[]).await.unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    assert_eq!(sim.stats().await.calls("CnsQueryVolume"), 0);
+}
+
+/// docs/design.md §4.4: the create names its task to the request's task sink as soon as
+/// vCenter answered with it; the task's state is read by that MoRef as the create reads it
+/// (running, then its volume); a task vCenter does not know is `Unknown`.
+#[tokio::test]
+async fn a_create_task_is_named_and_read_by_its_moref() {
+    let sim = Vcsim::start(
+        VcsimOptions::default()
+            .vmdks(1)
+            .cns_task_duration(Duration::from_secs(3)),
+    )
+    .await;
+    let mut short = config(&sim);
+    short.task_timeout = Duration::from_millis(500);
+    let backend = CnsBackend::connect(short).await.unwrap();
+    let p = path(&sim.vmdk_path("kubevols", 1));
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let named = CreateVolumeRequest {
+        fence: volmig::backend::SendFence::none()
+            .with_task_sink(move |task| sink.lock().unwrap().push(task.to_owned())),
+        ..request(&p)
+    };
+    let err = backend.create_volume(&named).await.unwrap_err();
+    assert_eq!(
+        (err.fault.as_str(), err.outcome_unknown),
+        ("TaskTimeout", true),
+        "{err}"
+    );
+    let task = match heard.lock().unwrap().as_slice() {
+        [task] => task.clone(),
+        other => panic!("one task named: {other:?}"),
+    };
+    assert_eq!(
+        backend.create_task_state(&task).await.unwrap(),
+        TaskState::Running
+    );
+    let mut state = TaskState::Running;
+    for _ in 0..50 {
+        state = backend.create_task_state(&task).await.unwrap();
+        if state != TaskState::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let TaskState::Succeeded(id) = state else {
+        panic!("the task ended with its volume: {state:?}");
+    };
+    let volumes = sim.volumes_for(&p.canonical()).await;
+    let ids: Vec<&str> = volumes.iter().map(|v| v.id.as_str()).collect();
+    assert_eq!(ids, [id.0.as_str()]);
+    assert_eq!(
+        backend.create_task_state("task-999999").await.unwrap(),
+        TaskState::Unknown,
+        "a task vCenter does not know"
+    );
 }

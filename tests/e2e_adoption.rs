@@ -5,9 +5,10 @@
 //!   a hand-made (or stale) driver object mapping disk P to disk Q's volume never moves
 //!   P's status to Q's ID, neither at P's first registration nor in later full syncs;
 //! - a disk the CSI driver registered under a random `pvc-…` name, with no driver object,
-//!   is adopted (its ID in the status, one CNS volume for the disk) where CNS answers
-//!   `CnsAlreadyRegisteredFault` (7.0.3, 8.0.3); on the default profile (6.5) it is not
-//!   (a known gap, that case is ignored).
+//!   is adopted (its ID in the status, one CNS volume for the disk): where CNS answers
+//!   `CnsAlreadyRegisteredFault` (7.0.3, 8.0.3) through that fault, on older vCenters (the
+//!   default profile 6.5, and 7.0.0) through volmig's look-up by backing disk, without a
+//!   create.
 
 #![allow(
     clippy::expect_used,
@@ -289,12 +290,14 @@ fn random_pvc_name() -> String {
 /// its own name (`volmig-<sha256>`) does not return the `pvc-…` volume: adoption cannot
 /// work by name by accident. What finds it is CNS refusing volmig's create with
 /// `CnsAlreadyRegisteredFault` carrying the existing ID (vSphere 7.0 Update 1 and later;
-/// the harness answers so on 7.0.3 and 8.0.3).
+/// the harness answers so on 7.0.3 and 8.0.3), and on older releases (`refuses` false)
+/// volmig's look-up by backing disk before the first create (the vmdk's datastore,
+/// `CnsQueryFilter.datastores`, every page): there volmig sends no create at all.
 ///
 /// If volmig created again instead of adopting the fault's ID, the disk would end with two
 /// CNS volumes (the harness registers every create that CNS does not refuse) and the
 /// status would hold the new one.
-async fn pre_registered_disk_is_adopted(version: &str) {
+async fn pre_registered_disk_is_adopted(version: &str, refuses: bool) {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1).vcenter_version(version)).await;
     let cluster = Cluster::start().await;
     let raw = sim.vmdk_path("kubevols", 1);
@@ -339,6 +342,12 @@ async fn pre_registered_disk_is_adopted(version: &str) {
         "no create produced a second volume: {volumes:?}; creates: {creates:?}"
     );
     assert_eq!(volumes[0].id, pre_id);
+    if !refuses {
+        assert!(
+            creates.is_empty(),
+            "found by backing disk: no create; creates: {creates:?}"
+        );
+    }
     let (phase_now, id_now) = status_of(&cluster, &raw).await;
     assert_eq!(phase_now, Some(Phase::Registered));
     assert_eq!(id_now.as_deref(), Some(pre_id.as_str()));
@@ -346,22 +355,27 @@ async fn pre_registered_disk_is_adopted(version: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_pre_registered_under_a_random_name_is_adopted_on_703() {
-    pre_registered_disk_is_adopted("7.0.3").await;
+    pre_registered_disk_is_adopted("7.0.3", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_pre_registered_under_a_random_name_is_adopted_on_803() {
-    pre_registered_disk_is_adopted("8.0.3").await;
+    pre_registered_disk_is_adopted("8.0.3", true).await;
 }
 
 /// The default profile (`6.5`, CNS before vSphere 7.0 Update 1: no
-/// `CnsAlreadyRegisteredFault`, every create makes another volume). Fails with this
-/// tree's build (2026-12-07): volmig's look-up by its own name finds nothing, its create
-/// succeeds, the status holds volmig's new ID and the disk has two CNS volumes (the full
-/// sync then lists the `pvc-…` one as a duplicate). docs/design.md §4.3 relies on the
-/// fault and names no adoption by backing path for older vCenters.
+/// `CnsAlreadyRegisteredFault`, every create makes another volume). Failed before the
+/// look-up by backing disk existed (2026-12-07): volmig's look-up by its own name found
+/// nothing, its create succeeded, the status held volmig's new ID and the disk had two CNS
+/// volumes (the full sync then listed the `pvc-…` one as a duplicate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a name-independent CNS look-up before the first create on vCenter older than 7.0 U1 (no CnsAlreadyRegisteredFault): not built, docs/design.md §4.3"]
 async fn a_disk_pre_registered_under_a_random_name_is_adopted_on_the_default_profile() {
-    pre_registered_disk_is_adopted("6.5").await;
+    pre_registered_disk_is_adopted("6.5", false).await;
+}
+
+/// 7.0.0 (no `CnsAlreadyRegisteredFault` yet; volmig registers through `RegisterDisk`
+/// first, docs/design.md §8.4): the look-up by backing disk adopts before any of that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_pre_registered_under_a_random_name_is_adopted_on_700() {
+    pre_registered_disk_is_adopted("7.0.0", false).await;
 }

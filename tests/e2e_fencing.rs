@@ -42,7 +42,7 @@ mod vcsim;
 use std::time::Duration;
 
 use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
-use fencing::{canonical, one_volume_each, registered};
+use fencing::{CreateInFlight, canonical, create_in_flight, one_volume_each, registered};
 use kube::api::PostParams;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
@@ -108,14 +108,6 @@ async fn failing_task_polls_make_no_second_volume() {
 /// task ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn successor_waits_for_a_create_outliving_its_daemon() {
-    let sim = Vcsim::start(
-        VcsimOptions::default()
-            .vmdks(1)
-            .cns_task_duration(Duration::from_secs(90)),
-    )
-    .await;
-    let cluster = Cluster::start().await;
-    let paths = pvs(&cluster, &sim, 1).await;
     let timeouts = [
         "--vc-request-timeout",
         "60s",
@@ -124,11 +116,14 @@ async fn successor_waits_for_a_create_outliving_its_daemon() {
         "--lease-duration",
         "4s",
     ];
-    let mut first = Daemon::spawn(&cluster, &sim, "first", &timeouts);
-    wait_for(Duration::from_secs(60), "the create sent", || async {
-        (sim.stats().await.calls("CnsCreateVolume") == 1).then_some(())
-    })
-    .await;
+    let CreateInFlight {
+        sim,
+        cluster,
+        path,
+        mut first,
+        sent_at: _,
+    } = create_in_flight(Duration::from_secs(90), &timeouts).await;
+    let paths = [path];
     tokio::time::sleep(Duration::from_secs(5)).await;
     first.kill().await;
     let killed_at = std::time::Instant::now();

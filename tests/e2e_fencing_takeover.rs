@@ -9,6 +9,8 @@
 //!   `NotAuthenticated` around a successful re-login) is an unknown outcome;
 //! - the grace of a create is measured from the moment the request is written, after the
 //!   storage policy look-up and `RegisterDisk`, however slow they were.
+//! - a create task that outlives the grace is followed to its end through the task
+//!   recorded in the marker, by a successor too: never a second create beside it.
 
 #![allow(
     clippy::expect_used,
@@ -23,10 +25,10 @@ mod fencing;
 #[path = "support/vcsim.rs"]
 mod vcsim;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::{Cluster, Daemon, wait_for};
-use fencing::{canonical, one_volume_each, registered};
+use fencing::{CreateInFlight, canonical, create_in_flight, one_volume_each, registered};
 use kube::api::PostParams;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
@@ -49,16 +51,6 @@ async fn the_migration(cluster: &Cluster) -> VolumeMigration {
 /// and adopts the volume once the task ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_whose_first_call_fails_keeps_the_marker() {
-    let sim = Vcsim::start(
-        VcsimOptions::default()
-            .vmdks(1)
-            .cns_task_duration(Duration::from_secs(90)),
-    )
-    .await;
-    let cluster = Cluster::start().await;
-    let path = sim.vmdk_path("kubevols", 1);
-    cluster.create_pv("pv-1", &path).await;
-    let paths = [canonical(&path)];
     let timeouts = [
         "--vc-request-timeout",
         "60s",
@@ -67,12 +59,14 @@ async fn a_successor_whose_first_call_fails_keeps_the_marker() {
         "--lease-duration",
         "4s",
     ];
-    let mut first = Daemon::spawn(&cluster, &sim, "first", &timeouts);
-    wait_for(Duration::from_secs(60), "the create sent", || async {
-        (sim.stats().await.calls("CnsCreateVolume") == 1).then_some(())
-    })
-    .await;
-    let created_at = Instant::now();
+    let CreateInFlight {
+        sim,
+        cluster,
+        path,
+        mut first,
+        sent_at: created_at,
+    } = create_in_flight(Duration::from_secs(90), &timeouts).await;
+    let paths = [path];
     tokio::time::sleep(Duration::from_secs(5)).await;
     first.kill().await;
     let marker = the_migration(&cluster).await.status.unwrap_or_default();
@@ -115,6 +109,66 @@ async fn a_successor_whose_first_call_fails_keeps_the_marker() {
         1,
         "the successor adopted instead of creating"
     );
+    one_volume_each(&sim, &ids).await;
+}
+
+/// docs/design.md §4.4, §4.10: request timeout 2 s, task timeout 3 s (grace 5 s), a 20 s
+/// create task. Following it times out after 3 s; the leader records the task in the
+/// marker and is SIGKILLed then. The successor finds the task in the marker and follows
+/// it past its grace: exactly one `CnsCreateVolume` in all, and the status holds that
+/// task's volume (checked: without following the task, the leader creates again when its
+/// grace is over, and the successor when its own is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_follows_the_create_task_recorded_in_the_marker() {
+    let timeouts = [
+        "--vc-request-timeout",
+        "2s",
+        "--vc-task-timeout",
+        "3s",
+        "--lease-duration",
+        "4s",
+    ];
+    let CreateInFlight {
+        sim,
+        cluster,
+        path,
+        mut first,
+        sent_at: created_at,
+    } = create_in_flight(Duration::from_secs(20), &timeouts).await;
+    let paths = [path];
+    let marker = wait_for(
+        Duration::from_secs(30),
+        "the task in the marker",
+        || async {
+            let status = the_migration(&cluster).await.status.unwrap_or_default();
+            status.registering_task.is_some().then_some(status)
+        },
+    )
+    .await;
+    first.kill().await;
+    let task = marker.registering_task.clone().expect("a recorded task");
+    assert_eq!(
+        (marker.phase, marker.registering_token.as_deref()),
+        (Some(Phase::Registering), Some(task.token.as_str())),
+        "the task belongs to the marker: {marker:?}"
+    );
+    assert!(task.task.starts_with("task-"), "{task:?}");
+    assert!(
+        created_at.elapsed() < Duration::from_secs(15),
+        "recorded while the task ran"
+    );
+
+    let _second = Daemon::spawn(&cluster, &sim, "second", &timeouts);
+    let ids = registered(&cluster, &paths, Duration::from_secs(90)).await;
+    assert!(
+        created_at.elapsed() >= Duration::from_secs(18),
+        "registered {:?} after the create was sent: before its task could have ended",
+        created_at.elapsed()
+    );
+    let stats = sim.stats().await;
+    assert_eq!(stats.calls("CnsCreateVolume"), 1, "{stats:?}");
+    let creates = sim.creates().await;
+    assert_eq!(creates.len(), 1, "{creates:?}");
     one_volume_each(&sim, &ids).await;
 }
 

@@ -182,6 +182,7 @@ fn default_values_render_a_restricted_leader_elected_deployment() {
             "--driver-namespace=vmware-system-csi",
             "--driver-syncer-lease=vsphere-syncer",
             "--driver-deployment=vsphere-csi-controller",
+            "--inline-pod-volumes=true",
             "--on-pv-delete=unregister",
             "--leader-election=true",
             "--lease-namespace=volmig",

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
-    VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
+    VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::compact_text::{CompactText, UpperDigits};
 use crate::volume_path::VolumePath;
@@ -32,6 +32,10 @@ pub enum Fault {
     /// but following its task fails with this class (a poll answered `NotAuthenticated`,
     /// a re-login refused): the caller's error comes after the request was sent.
     LostTask(ErrorClass, Duration),
+    /// Create only: vCenter runs the create as a task (`task-N`, told to the request's task
+    /// sink) until the test ends it ([`InMemoryBackend::end_task`]); the caller follows it
+    /// this long, then sees a `TaskTimeout` after the request was sent.
+    HeldTask(Duration),
 }
 
 #[derive(Default)]
@@ -48,6 +52,9 @@ struct State {
     max_live_per_path: usize,
     /// Creates that complete later ([`Fault::LateCreate`]): due time and request.
     late: Vec<(tokio::time::Instant, CreateVolumeRequest)>,
+    /// Tasks of [`Fault::HeldTask`] creates by MoRef value, and how many were made.
+    tasks: BTreeMap<String, (CreateVolumeRequest, TaskState)>,
+    held_tasks: u64,
     /// Volumes whose disk carries `keepAfterDeleteVm`.
     protected: HashSet<VolumeId>,
     /// Registration sets `keepAfterDeleteVm` (vCenter 8.0.3 and later).
@@ -94,18 +101,6 @@ impl State {
         self.max_live_per_path = self.max_live_per_path.max(live);
         id
     }
-
-    /// Completes the late creates that are due.
-    fn complete_due(&mut self) {
-        let now = tokio::time::Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.late)
-            .into_iter()
-            .partition(|(at, _)| *at <= now);
-        self.late = later;
-        for (_, request) in due {
-            self.register(&request);
-        }
-    }
 }
 
 /// In-memory stand-in for vCenter + CNS. Safe to share between tasks.
@@ -138,11 +133,6 @@ impl InMemoryBackend {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.complete_due();
         state
-    }
-
-    /// Late creates ([`Fault::LateCreate`]) not completed yet.
-    pub fn pending_creates(&self) -> usize {
-        self.lock().late.len()
     }
 
     /// Creates a vmdk (so `disk_uuid` finds it).
@@ -344,6 +334,11 @@ impl VolumeBackend for InMemoryBackend {
             .fence
             .check()
             .map_err(|why| BackendError::called_off(op::CREATE, why))?;
+        if let Some(Fault::HeldTask(follow)) = fault {
+            let task = self.lock().hold(request);
+            request.fence.task_started(&task);
+            return self.follow(&task, follow).await;
+        }
         let id = {
             let mut s = self.lock();
             if !s.disks.contains_key(&request.path) {
@@ -380,6 +375,10 @@ impl VolumeBackend for InMemoryBackend {
             ));
         }
         Ok(id)
+    }
+
+    async fn create_task_state(&self, task: &str) -> Result<TaskState> {
+        self.task_state(task).await
     }
 
     async fn delete_volume(&self, id: &VolumeId) -> Result<()> {
@@ -485,6 +484,9 @@ pub fn disk_uuid_as_vcenter_spells_it(n: u64) -> String {
     let bytes = (0x6000_c290_u128 << 96 | u128::from(n)).to_be_bytes();
     CompactText::DiskUuid(bytes, UPPER_C).to_string()
 }
+
+#[path = "memory_tasks.rs"]
+mod tasks;
 
 #[cfg(test)]
 #[path = "memory_tests.rs"]

@@ -123,3 +123,61 @@ async fn before_803_a_flag_that_does_not_stick_is_not_protection() {
     );
     assert!(mem.has_keep_flag(&id));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_held_task_runs_until_ended_and_its_state_reads_like_vcenters() {
+    let mem = std::sync::Arc::new(InMemoryBackend::new());
+    let path: VolumePath = "[ds] t.vmdk".parse().expect("valid test path");
+    mem.add_disk(&path);
+    mem.inject(op::CREATE, Fault::HeldTask(Duration::from_secs(2)), 2);
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let request = CreateVolumeRequest {
+        path: path.clone(),
+        name: "volmig-t".into(),
+        cluster_id: "c".into(),
+        storage_policy_name: None,
+        fence: crate::backend::SendFence::none()
+            .with_task_sink(move |task| sink.lock().unwrap().push(task.to_owned())),
+    };
+    let err = mem.create_volume(&request).await.unwrap_err();
+    assert_eq!(err.fault, "TaskTimeout");
+    assert!(err.outcome_unknown, "the task was sent and still runs");
+    assert_eq!(*heard.lock().unwrap(), ["task-1"]);
+    assert_eq!(mem.running_tasks(), ["task-1"]);
+    assert_eq!(
+        mem.create_task_state("task-1").await.unwrap(),
+        TaskState::Running
+    );
+    assert!(mem.volumes_for(&path).is_empty());
+    mem.end_task("task-1", None);
+    let TaskState::Succeeded(id) = mem.create_task_state("task-1").await.unwrap() else {
+        panic!("the task ended with a volume");
+    };
+    assert_eq!(mem.volumes_for(&path)[0].id, id);
+
+    // A task ended while its caller follows it answers the caller.
+    let ender = {
+        let mem = mem.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            mem.end_task("task-2", Some(ErrorClass::Permanent));
+        })
+    };
+    let err = mem.create_volume(&request).await.unwrap_err();
+    ender.await.unwrap();
+    assert_eq!(
+        (err.fault.as_str(), err.outcome_unknown),
+        ("CnsFault", false)
+    );
+    assert!(matches!(
+        mem.create_task_state("task-2").await.unwrap(),
+        TaskState::Failed(_)
+    ));
+    mem.forget_task("task-2");
+    assert_eq!(
+        mem.create_task_state("task-2").await.unwrap(),
+        TaskState::Unknown
+    );
+    assert_eq!(mem.calls(op::TASK_INFO), 4);
+}

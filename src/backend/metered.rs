@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
-    VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
+    VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::metrics::{BackendResult, Metrics};
 use crate::volume_path::VolumePath;
@@ -90,6 +90,11 @@ impl VolumeBackend for MeteredBackend {
 
     async fn create_volume(&self, request: &CreateVolumeRequest) -> Result<VolumeId> {
         self.metered(op::CREATE, self.inner.create_volume(request))
+            .await
+    }
+
+    async fn create_task_state(&self, task: &str) -> Result<TaskState> {
+        self.metered(op::TASK_INFO, self.inner.create_task_state(task))
             .await
     }
 

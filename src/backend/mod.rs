@@ -69,30 +69,57 @@ pub struct CreateVolumeRequest {
 /// The fault name of a create its [`SendFence`] called off unsent.
 pub const CREATE_CALLED_OFF: &str = "CreateCalledOff";
 
-/// The last check before a create is sent: whether this replica may still send it.
+/// The last check before a create is sent: whether this replica may still send it; and
+/// who hears of the create's vCenter task once it was sent (docs/design.md §4.4).
 #[derive(Clone, Default)]
-pub struct SendFence(Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+pub struct SendFence {
+    check: Option<std::sync::Arc<FenceCheck>>,
+    task: Option<std::sync::Arc<TaskSink>>,
+}
+
+/// The check of a [`SendFence`].
+type FenceCheck = dyn Fn() -> Result<(), String> + Send + Sync;
+/// Who hears of a create's task (see [`SendFence::with_task_sink`]).
+type TaskSink = dyn Fn(&str) + Send + Sync;
 
 impl SendFence {
     /// No check: the create is always sent.
     pub fn none() -> Self {
-        Self(None)
+        Self::default()
     }
 
     /// Checks `check` right before sending.
     pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
-        Self(Some(std::sync::Arc::new(check)))
+        Self {
+            check: Some(std::sync::Arc::new(check)),
+            task: None,
+        }
+    }
+
+    /// Tells `sink` the MoRef value of the create's task (`task-123`) as soon as vCenter
+    /// answered the create with it.
+    #[must_use]
+    pub fn with_task_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.task = Some(std::sync::Arc::new(sink));
+        self
     }
 
     /// `Ok` when the create may be sent now; else why not.
     pub fn check(&self) -> Result<(), String> {
-        self.0.as_ref().map_or(Ok(()), |check| check())
+        self.check.as_ref().map_or(Ok(()), |check| check())
+    }
+
+    /// Called by a backend once the create was sent and vCenter runs it as `task`.
+    pub fn task_started(&self, task: &str) {
+        if let Some(sink) = &self.task {
+            sink(task);
+        }
     }
 }
 
 impl fmt::Debug for SendFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.check.is_some() {
             "SendFence(set)"
         } else {
             "SendFence(none)"
@@ -116,6 +143,21 @@ pub struct VolumePage {
     pub volumes: Vec<CnsVolume>,
     /// Cursor of the next page; `None` on the last page.
     pub next: Option<String>,
+}
+
+/// What vCenter says of a create's task, read by its MoRef (docs/design.md §4.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskState {
+    /// Queued or running: the create may still land.
+    Running,
+    /// Ended with a volume: the one it created, or the existing one a
+    /// `CnsAlreadyRegisteredFault` names, read as the create itself reads its result.
+    Succeeded(VolumeId),
+    /// Ended in error: the create can no longer land.
+    Failed(BackendError),
+    /// vCenter does not know the task (`ManagedObjectNotFound`: purged, or another
+    /// vCenter), or it ended without naming a volume: nothing is proven either way.
+    Unknown,
 }
 
 /// How the caller should react to a backend error.
@@ -224,6 +266,8 @@ pub mod op {
     pub const IS_PROTECTED: &str = "VslmRetrieveVStorageObject";
     /// [`super::VolumeBackend::creation_time`] (the FCD's `createTime`).
     pub const CREATION_TIME: &str = "VslmRetrieveVStorageObject";
+    /// [`super::VolumeBackend::create_task_state`] (the task's `info`).
+    pub const TASK_INFO: &str = "RetrieveTaskInfo";
     /// `RegisterDisk`, part of [`super::VolumeBackend::create_volume`] on vCenter 7.0.0.
     pub const REGISTER_DISK: &str = "RegisterDisk";
 }
@@ -278,6 +322,14 @@ pub trait VolumeBackend: Send + Sync + 'static {
     /// Registers the vmdk as a CNS volume and returns the new ID. Not idempotent on the
     /// server (vCenter hands out a new ID per call); idempotency is the registrar's job.
     async fn create_volume(&self, request: &CreateVolumeRequest) -> Result<VolumeId>;
+
+    /// The state of the create task `task` (its MoRef value, as a [`SendFence`]'s task
+    /// sink heard it): `TaskInfo.state`, `result` and `error`. Backends without tasks
+    /// answer [`TaskState::Unknown`].
+    async fn create_task_state(&self, task: &str) -> Result<TaskState> {
+        let _ = task;
+        Ok(TaskState::Unknown)
+    }
 
     /// Unregisters a CNS volume with `deleteDisk=false`: the vmdk stays.
     /// A volume that does not exist is an error of class [`ErrorClass::NotFound`].

@@ -26,8 +26,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
-    VolumeId, VolumePage,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
+    VolumeBackend, VolumeId, VolumePage,
 };
 use crate::credentials::Version;
 use crate::volume_path::VolumePath;
@@ -328,6 +328,10 @@ impl VolumeBackend for OnDemandBackend {
     }
     async fn create_volume(&self, request: &CreateVolumeRequest) -> Result<VolumeId> {
         self.forward(|b| async move { b.create_volume(request).await })
+            .await
+    }
+    async fn create_task_state(&self, task: &str) -> Result<TaskState> {
+        self.forward(|b| async move { b.create_task_state(task).await })
             .await
     }
     async fn delete_volume(&self, id: &VolumeId) -> Result<()> {

@@ -108,6 +108,7 @@ pub async fn run(args: &RunArgs) -> CheckReport {
         syncer_lease: args.driver.driver_syncer_lease.clone(),
         driver_deployment: args.driver.driver_deployment.clone(),
         hold_driver_syncer: args.hold_driver_syncer,
+        inline_pod_volumes: args.inline_pod_volumes,
     };
     let reviews = probe::review(&client, rbac::required(&scope)).await;
     checks.extend(rbac::rbac_checks(&reviews));

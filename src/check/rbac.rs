@@ -84,6 +84,8 @@ pub struct Scope {
     pub driver_deployment: String,
     /// `--hold-driver-syncer`: volmig writes the syncer's Lease.
     pub hold_driver_syncer: bool,
+    /// `--inline-pod-volumes`: volmig reads pods cluster-wide.
+    pub inline_pod_volumes: bool,
 }
 
 /// Namespace of volmig's Events (the chart's role-events.yaml: cluster-scoped objects'
@@ -115,6 +117,9 @@ pub fn required(scope: &Scope) -> Vec<Permission> {
     };
     let read = &["get", "list", "watch"][..];
     add("", "persistentvolumes", "", read, None, None, CLUSTER_ROLE);
+    if scope.inline_pod_volumes {
+        add("", "pods", "", read, None, None, CLUSTER_ROLE);
+    }
     add(
         "volmig.io",
         "volumemigrations",
@@ -295,6 +300,7 @@ mod tests {
             syncer_lease: "vsphere-syncer".to_owned(),
             driver_deployment: "vsphere-csi-controller".to_owned(),
             hold_driver_syncer: false,
+            inline_pod_volumes: true,
         }
     }
 
@@ -311,6 +317,12 @@ mod tests {
             })
         };
         assert!(has("persistentvolumes", "", "watch", None, None));
+        assert!(has("pods", "", "list", None, None));
+        let without_pods = required(&Scope {
+            inline_pod_volumes: false,
+            ..scope()
+        });
+        assert!(without_pods.iter().all(|p| p.resource != "pods"));
         assert!(has("volumemigrations", "", "delete", None, None));
         assert!(has("volumemigrations", "status", "update", None, None));
         assert!(has("cnsvspherevolumemigrations", "", "create", None, None));
@@ -350,7 +362,7 @@ mod tests {
             && p.verb != "get"
             && p.verb != "list"
             && p.verb != "watch"));
-        assert_eq!(all.len(), 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2);
+        assert_eq!(all.len(), 3 + 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2);
     }
 
     #[test]

@@ -304,6 +304,12 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_HOLD_DRIVER_SYNCER")]
     pub hold_driver_syncer: bool,
 
+    /// Watch pods for inline `vsphereVolume`s (no PV): their vmdks are registered,
+    /// published and kept like PVs' (docs/design.md §8.9). Needs list/watch of pods
+    /// cluster-wide; turn off only where no pod names a vmdk inline.
+    #[arg(long, env = "VOLMIG_INLINE_POD_VOLUMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub inline_pod_volumes: bool,
+
     /// What to do when no PV references a vmdk any longer.
     #[arg(long, env = "VOLMIG_ON_PV_DELETE", value_enum, default_value_t = OnPvDelete::Unregister)]
     pub on_pv_delete: OnPvDelete,

@@ -2,6 +2,7 @@
 //!
 //! - [`pv_index`] and [`pv_watcher`] keep a name → path index of in-tree PVs on every
 //!   replica and, on the leader, create the VolumeMigration of each path;
+//!   [`pod_watcher`] adds the pods that name a vmdk inline ([`inline_volumes`]);
 //! - [`reconcile`] drives one VolumeMigration: read → [`decide`] (pure) → act → record;
 //! - [`full_sync`] repairs every difference between PVs, VolumeMigrations and CNS;
 //! - [`outcome`] reports what a registration did (metrics and Events), for both.
@@ -20,18 +21,21 @@ use crate::volume_migration::VolumeMigration;
 pub mod decide;
 mod error;
 pub mod full_sync;
+pub mod inline_volumes;
 pub mod migration_cache;
 pub mod outcome;
+pub mod pod_watcher;
 pub mod publish;
 pub mod pv_index;
 pub mod pv_watcher;
 pub mod reconcile;
 #[cfg(test)]
 mod scenario_tests;
+mod user_watch;
 pub mod work_queue;
 
 pub use decide::{Decision, Observed, Step, decide};
-pub use error::{Error, Result};
+pub use error::{Error, FinalizeError, FinalizerError, PublishError, RecordError, Result};
 pub use migration_cache::MigrationCache;
 pub use pv_index::PvIndex;
 pub use work_queue::WorkQueue;

@@ -6,6 +6,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::Context;
+use super::inline_volumes::is_pod_user;
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::metrics::RegistrationResult;
 use crate::registrar::{RegisterError, reason};
@@ -63,6 +64,8 @@ pub async fn register_and_report(
     ctx.metrics.registration(metric, started.elapsed());
     // A success is told where users look, on the PVs; the VolumeMigration's status carries
     // it already (one Event per new PV, docs/design.md §2.2). A failure is told on both.
+    // Inline pod volumes have no PV: a path only pods use is told on the VolumeMigration.
+    let pvs: Vec<&String> = pvs.iter().filter(|u| !is_pod_user(u)).collect();
     if type_ == EventType::Warning || pvs.is_empty() {
         ctx.cluster
             .events

@@ -1,5 +1,7 @@
 //! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
-//! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap.
+//! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap. Pods that name a vmdk
+//! inline are users of their path too, under keys of their own
+//! ([`super::inline_volumes`], docs/design.md §8.9).
 
 use std::collections::BTreeMap;
 use std::hash::RandomState;
@@ -7,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use super::inline_volumes::is_pod_user;
 use crate::compact_text::{CompactSet, CompactText, NameSet, TextRef};
 use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::{PathError, VolumePath};
@@ -98,6 +101,10 @@ struct State {
     /// PVs with an invalid path not yet reported with a Warning Event.
     unreported_invalid: BTreeMap<String, PathError>,
     synced: bool,
+    /// Inline pod volumes among `by_pv`.
+    pod_users: usize,
+    /// Pods are watched and their initial list is not indexed yet.
+    pods_pending: bool,
 }
 
 impl Drop for State {
@@ -110,7 +117,8 @@ impl Drop for State {
     }
 }
 
-/// Thread-safe index of in-tree vSphere PVs by name and by canonical path.
+/// Thread-safe index of in-tree vSphere PVs (and inline pod volumes) by name and by
+/// canonical path.
 #[derive(Default)]
 pub struct PvIndex {
     state: Mutex<State>,
@@ -130,7 +138,26 @@ impl PvIndex {
         self.record(name, pv_volume(pv), Some(spelling))
     }
 
-    /// The raw spellings of `path` by its PVs, oldest PV first, without repeats.
+    /// Records inline pod volume `key` ([`super::inline_volumes::pod_user_key`]) spelling
+    /// its path `raw`, its pod created at `created` (seconds since the epoch). An invalid
+    /// path is kept out of the PV Warning Events (the pod watcher logs it).
+    pub fn upsert_pod_volume(&self, key: &str, raw: &str, created: i64) -> IndexChange {
+        let volume = match VolumePath::parse(raw) {
+            Ok(path) => PvVolume::Valid(path),
+            Err(e) => PvVolume::Invalid(e),
+        };
+        let spelling = Spelling {
+            raw: match &volume {
+                PvVolume::Valid(path) if path.canonical() == raw => None,
+                _ => Some(raw.into()),
+            },
+            created,
+        };
+        self.record(key, Some(volume), Some(spelling))
+    }
+
+    /// The raw spellings of `path` by its users (PVs and inline pod volumes), oldest first,
+    /// without repeats.
     pub fn spellings_for(&self, path: &VolumePath) -> Vec<String> {
         let s = self.lock();
         let mut pvs: Vec<(i64, String, Option<&PvEntry>)> = s
@@ -171,7 +198,10 @@ impl PvIndex {
         let mut s = self.lock();
         let Some(volume) = volume else {
             return match s.by_pv.remove(&TextRef::new(name)) {
-                Some(old) => forget(&mut s, name, old.volume),
+                Some(old) => {
+                    s.pod_users -= usize::from(is_pod_user(name));
+                    forget(&mut s, name, old.volume)
+                }
                 None => IndexChange::default(),
             };
         };
@@ -184,6 +214,7 @@ impl PvIndex {
                 return IndexChange::default();
             }
         }
+        let existed = s.by_pv.contains_key(&key);
         let (old, keep) = match s.by_pv.remove(&key) {
             Some(old) => {
                 let keep = Spelling {
@@ -205,10 +236,15 @@ impl PvIndex {
                 Indexed::Valid(path)
             }
             PvVolume::Invalid(e) => {
-                s.unreported_invalid.insert(name.to_string(), e.clone());
+                if !is_pod_user(name) {
+                    s.unreported_invalid.insert(name.to_string(), e.clone());
+                }
                 Indexed::Invalid(Box::new(e))
             }
         };
+        if is_pod_user(name) && !existed {
+            s.pod_users += 1;
+        }
         s.by_pv.insert(
             key,
             PvEntry {
@@ -233,21 +269,34 @@ impl PvIndex {
         self.upsert(name, None)
     }
 
-    /// Forgets every PV not in `keep` (after a re-list); returns the touched paths.
+    /// Forgets every PV not in `keep` (after a re-list of PVs; inline pod volumes stay);
+    /// returns the touched paths.
     pub fn retain(&self, keep: &NameSet) -> Vec<VolumePath> {
+        self.retain_users(keep, false)
+    }
+
+    /// Forgets every inline pod volume not in `keep` (after a re-list of pods; PVs stay);
+    /// returns the touched paths.
+    pub fn retain_pod_volumes(&self, keep: &NameSet) -> Vec<VolumePath> {
+        self.retain_users(keep, true)
+    }
+
+    fn retain_users(&self, keep: &NameSet, pods: bool) -> Vec<VolumePath> {
         let gone: Vec<String> = self
             .lock()
             .by_pv
             .keys()
             .filter(|name| !keep.contains(*name))
             .map(CompactText::to_string)
+            .filter(|name| is_pod_user(name) == pods)
             .collect();
         gone.iter()
             .flat_map(|name| self.remove(name).touched)
             .collect()
     }
 
-    /// Names of the PVs that reference `path`, sorted.
+    /// Names of the users of `path`, sorted: PV names and inline pod volumes
+    /// (`pod/<namespace>/<pod>/<volume>`).
     pub fn pvs_for(&self, path: &VolumePath) -> Vec<String> {
         self.lock()
             .by_path
@@ -265,9 +314,20 @@ impl PvIndex {
             .collect()
     }
 
-    /// Number of in-tree vSphere PVs tracked (valid or not).
+    /// Number of in-tree vSphere PVs tracked (valid or not; inline pod volumes not counted).
     pub fn len(&self) -> usize {
-        self.lock().by_pv.len()
+        let s = self.lock();
+        s.by_pv.len() - s.pod_users
+    }
+
+    /// True when user `name` (a PV or an inline pod volume) is indexed.
+    pub fn knows(&self, name: &str) -> bool {
+        self.lock().by_pv.contains_key(&TextRef::new(name))
+    }
+
+    /// Number of inline pod volumes tracked.
+    pub fn pod_volumes(&self) -> usize {
+        self.lock().pod_users
     }
 
     /// True when no PV is tracked.
@@ -280,9 +340,22 @@ impl PvIndex {
         self.lock().synced = true;
     }
 
-    /// True once the initial list has been indexed.
+    /// True once the initial list has been indexed (of PVs, and of pods when they are
+    /// watched).
     pub fn is_synced(&self) -> bool {
-        self.lock().synced
+        let s = self.lock();
+        s.synced && !s.pods_pending
+    }
+
+    /// Pods are watched: the index is not synced until their initial list is indexed too
+    /// ([`PvIndex::set_pods_synced`]).
+    pub fn expect_pods(&self) {
+        self.lock().pods_pending = true;
+    }
+
+    /// Marks the initial list of pods as indexed.
+    pub fn set_pods_synced(&self) {
+        self.lock().pods_pending = false;
     }
 }
 
@@ -301,147 +374,5 @@ fn forget(s: &mut State, name: &str, old: Indexed) -> IndexChange {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn valid(p: &str) -> Option<PvVolume> {
-        Some(PvVolume::Valid(VolumePath::parse(p).unwrap()))
-    }
-
-    fn pv(name: &str, raw: &str, created: i64) -> PersistentVolume {
-        let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "spec": {"vsphereVolume": {"volumePath": raw}},
-        }))
-        .unwrap();
-        pv.metadata.creation_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                jiff::Timestamp::from_second(created).unwrap(),
-            ));
-        pv
-    }
-
-    #[test]
-    fn spellings_are_raw_oldest_first_and_leave_with_their_pv() {
-        let index = PvIndex::default();
-        index.upsert_pv(&pv("pv-new", "[/DC0/datastore/ds]  k//a.vmdk", 300));
-        index.upsert_pv(&pv("pv-old", "[ds] k/a.vmdk", 100));
-        index.upsert_pv(&pv("pv-mid", "[ds] k/a.vmdk", 200));
-        let path = VolumePath::parse("[ds] k/a.vmdk").unwrap();
-        assert_eq!(
-            index.spellings_for(&path),
-            vec![
-                "[ds] k/a.vmdk".to_owned(),
-                "[/DC0/datastore/ds]  k//a.vmdk".to_owned()
-            ]
-        );
-        index.remove("pv-new");
-        assert_eq!(index.spellings_for(&path), vec!["[ds] k/a.vmdk".to_owned()]);
-        index.remove("pv-old");
-        index.remove("pv-mid");
-        assert!(index.spellings_for(&path).is_empty());
-        assert!(index.lock().by_pv.is_empty(), "no spelling outlives its PV");
-    }
-
-    #[test]
-    fn two_pvs_share_one_path_and_leave_cleanly() {
-        let index = PvIndex::default();
-        let a = index.upsert("pv-a", valid("[ds] x.vmdk"));
-        assert_eq!(a.touched.len(), 1);
-        index.upsert("pv-b", valid("[/DC/datastore/ds] ./x.vmdk"));
-        let path = VolumePath::parse("[ds] x.vmdk").unwrap();
-        assert_eq!(index.pvs_for(&path), ["pv-a", "pv-b"]);
-        assert!(
-            index
-                .upsert("pv-a", valid("[ds] x.vmdk"))
-                .touched
-                .is_empty(),
-            "no-op"
-        );
-        index.remove("pv-a");
-        assert_eq!(index.pvs_for(&path), ["pv-b"]);
-        let gone = index.retain(&NameSet::default());
-        assert_eq!(gone, std::slice::from_ref(&path));
-        assert!(index.pvs_for(&path).is_empty());
-        assert!(index.paths().is_empty());
-        assert!(index.is_empty());
-    }
-
-    #[test]
-    fn paths_are_interned_and_every_handle_is_given_back() {
-        let (x, y) = ("[pv-index-intern] x.vmdk", "[pv-index-intern] y.vmdk");
-        let path = |raw| VolumePath::parse(raw).unwrap();
-        let index = PvIndex::default();
-        index.upsert("pv-a", valid(x));
-        index.upsert("pv-b", valid(x));
-        assert!(
-            path_intern::is_interned(index.lock().by_path.handle(&path(x)).unwrap()),
-            "the index holds the interned path"
-        );
-        index.upsert("pv-b", valid(y));
-        index.remove("pv-a");
-        assert!(
-            !path_intern::contains(&path(x)),
-            "moved and removed PVs release it"
-        );
-        index.upsert("pv-c", valid(y));
-        index.retain(&NameSet::from_iter([CompactText::new("pv-c")]));
-        assert!(path_intern::contains(&path(y)));
-        drop(index);
-        assert!(
-            !path_intern::contains(&path(y)),
-            "a dropped index releases it"
-        );
-    }
-
-    #[test]
-    fn moving_a_pv_touches_both_paths() {
-        let index = PvIndex::default();
-        index.upsert("pv", valid("[ds] a.vmdk"));
-        let change = index.upsert("pv", valid("[ds] b.vmdk"));
-        assert_eq!(change.touched.len(), 2);
-    }
-
-    #[test]
-    fn invalid_paths_are_reported_once() {
-        let index = PvIndex::default();
-        let err = VolumePath::parse("nope").unwrap_err();
-        index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
-        assert_eq!(
-            index.take_unreported_invalid(),
-            [("pv".to_string(), err.clone())]
-        );
-        index.upsert("pv", Some(PvVolume::Invalid(err.clone())));
-        assert!(
-            index.take_unreported_invalid().is_empty(),
-            "unchanged: reported once"
-        );
-        let other = VolumePath::parse("[ds]").unwrap_err();
-        index.upsert("pv", Some(PvVolume::Invalid(other.clone())));
-        assert_eq!(index.take_unreported_invalid(), [("pv".to_string(), other)]);
-        index.upsert("fixed", Some(PvVolume::Invalid(err)));
-        index.upsert("fixed", valid("[ds] ok.vmdk"));
-        assert!(
-            index.take_unreported_invalid().is_empty(),
-            "fixed before reporting"
-        );
-        assert_eq!(index.len(), 2);
-        assert_eq!(index.paths().len(), 1, "only the fixed PV has a valid path");
-    }
-
-    #[test]
-    fn non_vsphere_pvs_are_ignored() {
-        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "nfs"},
-            "spec": {"nfs": {"server": "s", "path": "/x"}, "capacity": {"storage": "1Gi"}}
-        }))
-        .unwrap();
-        assert_eq!(pv_volume(&pv), None);
-        let vs: PersistentVolume = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "v"},
-            "spec": {"vsphereVolume": {"volumePath": "[ds] k/v.vmdk", "fsType": "ext4"}}
-        }))
-        .unwrap();
-        assert_eq!(pv_volume(&vs), valid("[ds] k/v.vmdk"));
-    }
-}
+#[path = "pv_index_tests.rs"]
+mod tests;

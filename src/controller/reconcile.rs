@@ -14,7 +14,10 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::outcome::register_and_report;
-use super::{Context, Error, Observed, Result, Step, decide};
+use super::{
+    Context, Error, FinalizeError, FinalizerError, Observed, PublishError, RecordError, Result,
+    Step, decide,
+};
 use crate::k8s::events::{EventType, reason as event_reason};
 use crate::k8s::migrations::ensure_migration;
 use crate::k8s::status::StatusChange;
@@ -59,7 +62,7 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
     if let Some(publish) = &plan.publish {
         super::publish::publish(&ctx, &publish.path, &publish.volume_id, publish.protected)
             .await
-            .map_err(|source| Error::Publish {
+            .map_err(|source| PublishError::Publish {
                 name: name.clone(),
                 source,
             })?;
@@ -120,14 +123,14 @@ async fn finalize(
         ctx.registrar
             .unregister(&path)
             .await
-            .map_err(|source| Error::Unregister {
+            .map_err(|source| FinalizeError::Unregister {
                 name: name.clone(),
                 source,
             })?;
         if let Some(id) = vm.status.as_ref().and_then(|s| s.volume_id.as_deref()) {
             super::publish::unpublish(ctx, &path, &crate::backend::VolumeId::from(id))
                 .await
-                .map_err(|source| Error::Publish {
+                .map_err(|source| PublishError::Unpublish {
                     name: name.clone(),
                     source,
                 })?;
@@ -147,7 +150,7 @@ async fn finalize(
         match ctx.cluster.migrations.get_opt(&name).await {
             Ok(Some(fresh)) => set_finalizer(ctx, &fresh, false).await?,
             Ok(None) => {}
-            Err(source) => return Err(Error::RemoveFinalizer { name, source }),
+            Err(source) => return Err(FinalizeError::RemoveFinalizer { name, source }.into()),
         }
     } else {
         set_finalizer(ctx, vm, false).await?;
@@ -158,7 +161,7 @@ async fn finalize(
         info!(%path, %name, "VolumeMigration deleted while in use; recreating it");
         ensure_migration(&ctx.cluster.migrations, &path)
             .await
-            .map_err(Error::Recreate)?;
+            .map_err(FinalizeError::Recreate)?;
     }
     Ok(())
 }
@@ -189,8 +192,8 @@ async fn set_finalizer(ctx: &Context, vm: &VolumeMigration, present: bool) -> Re
     {
         Ok(_) => Ok(()),
         Err(e) if classify(&e) == KubeErrorClass::Gone && !present => Ok(()),
-        Err(source) if present => Err(Error::AddFinalizer { name, source }),
-        Err(source) => Err(Error::RemoveFinalizer { name, source }),
+        Err(source) if present => Err(FinalizerError::Add { name, source }.into()),
+        Err(source) => Err(FinalizeError::RemoveFinalizer { name, source }.into()),
     }
 }
 
@@ -206,7 +209,8 @@ async fn write_pv_list(ctx: &Context, vm: &VolumeMigration, pvs: &[String]) -> R
     ctx.cluster
         .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
-        .await?;
+        .await
+        .map_err(RecordError::PvList)?;
     Ok(())
 }
 
@@ -218,7 +222,8 @@ async fn record_invalid_path(ctx: &Context, vm: &VolumeMigration, message: &str)
     ctx.cluster
         .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
-        .await?;
+        .await
+        .map_err(RecordError::InvalidPath)?;
     ctx.cluster
         .events
         .on_migration(
@@ -250,7 +255,8 @@ async fn record_name_collision(
     ctx.cluster
         .status
         .write(&name, &change, vm.metadata.resource_version.as_deref())
-        .await?;
+        .await
+        .map_err(RecordError::NameCollision)?;
     ctx.cluster
         .events
         .on_migration(

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::api::Api;
 use tracing::{info, warn};
 
@@ -20,6 +20,7 @@ use crate::backend::{VolumeBackend, VolumeId, list_all_volumes};
 use crate::cli::RunArgs;
 use crate::controller::decide::{Observed, Step, decide};
 use crate::controller::full_sync::{self, MigrationRecord, PAGE_SIZE, Repair, record};
+use crate::controller::inline_volumes::{inline_volumes, pod_created};
 use crate::controller::publish::{DriverCache, publish_changes};
 use crate::controller::{PvDeletePolicy, PvIndex};
 use crate::k8s::client::for_each_page;
@@ -41,14 +42,16 @@ pub async fn run_once(args: RunArgs) -> anyhow::Result<crate::report::Rendered> 
     let client = super::kube_client_as(&args.kube, &super::user_agent(&holder_id)).await?;
     let metrics = Metrics::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let vcenter = super::vcenter_settings(&super::vcenter_flags(&client, &args, None).await?)?;
+    let vcenter =
+        super::vcenter::vcenter_settings(&super::vcenter_flags(&client, &args, None).await?)?;
     let cluster_id =
         super::cluster_id::resolve(&client, &args, vcenter.cluster_id.as_ref()).await?;
-    let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
+    let backend = super::vcenter::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let driver =
         super::driver_cache::start(&client, args.publish_driver_cache, shutdown.clone()).await;
     let pass = driver.map(|driver| DryRun {
         pvs: Api::all(client.clone()),
+        pods: args.inline_pod_volumes.then(|| Api::all(client.clone())),
         migrations: Api::all(client),
         backend,
         driver,
@@ -76,7 +79,7 @@ pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
         shutdown,
         http_task,
     } = super::start(&args, &holder_id, "no dry-run pass completed yet").await?;
-    let vcenter = super::vcenter_settings(
+    let vcenter = super::vcenter::vcenter_settings(
         &super::vcenter_flags(&client, &args, Some(shutdown.clone())).await?,
     )?;
     let cluster_id =
@@ -85,11 +88,12 @@ pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
         "dry run: no Lease, no writes to Kubernetes or vCenter; logging what would be done \
          every --full-sync-interval"
     );
-    let backend = super::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
+    let backend = super::vcenter::cns_backend(&args, &vcenter, &metrics, &holder_id)?;
     let driver =
         super::driver_cache::start(&client, args.publish_driver_cache, shutdown.clone()).await?;
     let pass = DryRun {
         pvs: Api::all(client.clone()),
+        pods: args.inline_pod_volumes.then(|| Api::all(client.clone())),
         migrations: Api::all(client),
         backend,
         driver,
@@ -143,6 +147,8 @@ pub async fn run(args: RunArgs, holder_id: String) -> anyhow::Result<()> {
 
 struct DryRun {
     pvs: Api<PersistentVolume>,
+    /// Pods, when inline vSphere volumes are watched (docs/design.md §8.9).
+    pods: Option<Api<Pod>>,
     migrations: Api<VolumeMigration>,
     backend: Arc<dyn VolumeBackend>,
     driver: Option<Arc<DriverCache>>,
@@ -170,6 +176,18 @@ impl DryRun {
         })
         .await
         .map_err(full_sync::Error::ListPvs)?;
+        if let Some(pods) = &self.pods {
+            for_each_page(pods, PAGE_SIZE, |items| {
+                for pod in &items {
+                    let created = pod_created(pod);
+                    for volume in inline_volumes(pod) {
+                        index.upsert_pod_volume(&volume.key, &volume.raw, created);
+                    }
+                }
+            })
+            .await
+            .map_err(full_sync::Error::ListPods)?;
+        }
         let mut migrations = Vec::new();
         for_each_page(&self.migrations, PAGE_SIZE, |items| {
             migrations.extend(items)

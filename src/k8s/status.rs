@@ -218,6 +218,16 @@ pub fn stored_state(status: &VolumeMigrationStatus, version: Option<String>) -> 
             .registering_token
             .clone()
             .filter(|_| status.phase == Some(Phase::Registering)),
+        // The task of the create sent under this marker only (docs/design.md §4.4): one
+        // left beside an older token proves nothing.
+        task: status
+            .registering_task
+            .as_ref()
+            .filter(|t| {
+                status.phase == Some(Phase::Registering)
+                    && status.registering_token.as_ref() == Some(&t.token)
+            })
+            .map(|t| t.task.clone()),
         version: version.map(Version),
         storage_policy: None,
     }

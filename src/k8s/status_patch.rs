@@ -138,6 +138,9 @@ fn registrar_status(update: &StatusUpdate, now: jiff::Timestamp) -> Value {
                 "conditions": conditions(now, false, reason, message),
             })
         }
+        StatusUpdate::TaskRecorded { token, task } => json!({
+            "registeringTask": {"token": token, "task": task},
+        }),
         StatusUpdate::Stalled { reason, message } => json!({
             "lastError": {"reason": reason, "message": message, "time": time(now)},
             "conditions": conditions(now, false, reason, message),
@@ -168,3 +171,40 @@ const REGISTRATION_FIELDS: [&str; 5] = [
     "registeringToken",
     "protectedFromVMDelete",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::super::stored_state;
+    use super::*;
+
+    #[test]
+    fn a_recorded_task_counts_only_beside_its_own_marker() {
+        let patch = status_patch(
+            &StatusChange::Registrar(StatusUpdate::TaskRecorded {
+                token: "a/1".into(),
+                task: "task-7".into(),
+            }),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(
+            patch,
+            json!({"status": {"registeringTask": {"token": "a/1", "task": "task-7"}}}),
+            "phase and marker stay"
+        );
+        let mut status: VolumeMigrationStatus = serde_json::from_value(json!({
+            "phase": "Registering", "registeringToken": "a/1",
+            "registeringTask": {"token": "a/1", "task": "task-7"},
+        }))
+        .unwrap();
+        assert_eq!(stored_state(&status, None).task.as_deref(), Some("task-7"));
+        status.registering_token = Some("b/2".into());
+        assert_eq!(
+            stored_state(&status, None).task,
+            None,
+            "another marker's task"
+        );
+        status.registering_token = Some("a/1".into());
+        status.phase = Some(Phase::Registered);
+        assert_eq!(stored_state(&status, None).task, None, "no marker, no task");
+    }
+}

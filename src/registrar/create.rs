@@ -1,17 +1,27 @@
 //! The create step of a registration: the write-ahead, the fence and the create itself,
 //! and the first look at CNS, which the write-ahead overlaps when no create can be in
-//! flight (docs/design.md §4.2).
+//! flight (docs/design.md §4.2). A create whose task runs longer than
+//! [`TASK_RECORD_AFTER`] has that task recorded beside its marker (§4.4).
 
+use std::time::Duration;
+
+use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{
     HeldSlot, Lane, RegisterError, Registrar, Registration, Slot, StatusUpdate, StoreError,
     StoreErrorKind, StoredState, Version, choose_adoptee, stages,
 };
-use crate::backend::{CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
+use crate::backend::{BackendError, CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
 use crate::metrics::RegistrationStage;
 use crate::volume_path::VolumePath;
+
+/// How long a create may run before its vCenter task is recorded beside its marker
+/// (`status.registeringTask`, docs/design.md §4.4): a create that ends sooner costs no
+/// status write more; one that runs longer (or ends in doubt with its task known) is
+/// followed to its end by whoever reads the marker next.
+pub(super) const TASK_RECORD_AFTER: Duration = Duration::from_secs(5);
 
 /// The volume a registration records: the one it created, or one it adopted.
 pub(super) struct Found {
@@ -125,13 +135,16 @@ impl Registrar {
         // Both are asked again immediately before the request is written, and the grace
         // of this marker starts then (docs/design.md §4.9, §4.10).
         self.in_flight.started(path, token);
-        let request = self.fenced(step.request, path, token);
+        let (task_tx, task_rx) = watch::channel(None);
+        let request = self.fenced(step.request, path, token, task_tx);
         *creates += 1;
-        let created = stages::timed(
+        let (created, recorded) = stages::timed(
             RegistrationStage::VcenterCall,
-            self.backend.create_volume(&request),
+            self.send_create(path, token, &request, task_rx.clone(), &version),
         )
         .await;
+        let task_recorded = recorded.is_some();
+        let version = recorded.unwrap_or(version);
         match created {
             Err(e) if e.is_called_off() => {
                 drop(permit);
@@ -155,8 +168,20 @@ impl Registrar {
             Err(e) if e.may_still_complete() => {
                 drop(permit);
                 // Timeout, lost reply, any failure while following its task: the create
-                // may still complete (docs/design.md §4.8).
-                warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
+                // may still complete (docs/design.md §4.8). Its task, if vCenter named
+                // one, is followed to its end from the marker (§4.4).
+                let task = task_rx.borrow().clone();
+                match task {
+                    Some(task) => {
+                        warn!(%path, error = %e, %task, "create outcome unknown; following its task");
+                        if !task_recorded {
+                            self.record_task(path, token, &task, &version).await;
+                        }
+                    }
+                    None => {
+                        warn!(%path, error = %e, "create outcome unknown; not creating again before its grace is over");
+                    }
+                }
                 Ok(Attempt::Reread(self.load(path).await?))
             }
             Err(source) => {
@@ -174,27 +199,92 @@ impl Registrar {
 
 impl Registrar {
     /// `request` with a fence that asks leadership and the registrar mode right before it
-    /// is sent, and restarts the marker's own grace at that moment.
+    /// is sent, and restarts the marker's own grace at that moment; the task vCenter runs
+    /// it as goes to this process's record of the marker and to `task`.
     fn fenced(
         &self,
         request: &CreateVolumeRequest,
         path: &VolumePath,
         token: &str,
+        task: watch::Sender<Option<String>>,
     ) -> CreateVolumeRequest {
         let leader = self.config.leader.clone();
         let mode = self.config.mode.clone();
         let in_flight = self.in_flight.clone();
         let (path, token) = (path.clone(), token.to_owned());
+        let (task_path, task_token, task_in_flight) =
+            (path.clone(), token.clone(), in_flight.clone());
+        let fence = SendFence::new(move || {
+            if !leader.is_open() {
+                return Err("not the leader any more".to_owned());
+            }
+            mode.may_create().map_err(|e| e.to_string())?;
+            in_flight.started(&path, &token);
+            Ok(())
+        })
+        .with_task_sink(move |moref| {
+            task_in_flight.task_started(&task_path, &task_token, moref);
+            task.send_replace(Some(moref.to_owned()));
+        });
         CreateVolumeRequest {
-            fence: SendFence::new(move || {
-                if !leader.is_open() {
-                    return Err("not the leader any more".to_owned());
-                }
-                mode.may_create().map_err(|e| e.to_string())?;
-                in_flight.started(&path, &token);
-                Ok(())
-            }),
+            fence,
             ..request.clone()
+        }
+    }
+
+    /// Sends the create; if it has not ended [`TASK_RECORD_AFTER`] after it started and
+    /// vCenter named its task, records that task beside the marker while the create goes
+    /// on (the version that write produced, if it succeeded, is returned beside the
+    /// create's result).
+    async fn send_create(
+        &self,
+        path: &VolumePath,
+        token: &str,
+        request: &CreateVolumeRequest,
+        mut task: watch::Receiver<Option<String>>,
+        version: &Version,
+    ) -> (Result<VolumeId, BackendError>, Option<Version>) {
+        let create = self.backend.create_volume(request);
+        tokio::pin!(create);
+        let due = async move {
+            tokio::time::sleep(TASK_RECORD_AFTER).await;
+            let named = task.wait_for(Option::is_some).await;
+            named.ok().and_then(|t| t.clone())
+        };
+        tokio::select! {
+            biased;
+            created = &mut create => (created, None),
+            Some(task) = due => {
+                let record = self.record_task(path, token, &task, version);
+                tokio::join!(create, record)
+            }
+        }
+    }
+
+    /// Records `task` beside the marker `token` (`TaskRecorded`), leader-fenced and
+    /// conditional on `version`, the write-ahead's (docs/design.md §4.4, §4.9). A write
+    /// that fails changes nothing here: this process still follows the task it knows.
+    pub(super) async fn record_task(
+        &self,
+        path: &VolumePath,
+        token: &str,
+        task: &str,
+        version: &Version,
+    ) -> Option<Version> {
+        self.fence(path).ok()?;
+        let update = StatusUpdate::TaskRecorded {
+            token: token.to_owned(),
+            task: task.to_owned(),
+        };
+        match self.store.save(path, &update, Some(version)).await {
+            Ok(version) => {
+                info!(%path, %task, "create task recorded beside its marker");
+                Some(version)
+            }
+            Err(e) => {
+                warn!(%path, %task, error = %e, "could not record the create's task");
+                None
+            }
         }
     }
 }

@@ -5,6 +5,10 @@
 //! is measured on this process's monotonic clock: from the moment this process sent the
 //! create (its own markers), or from the moment it first saw the token (markers of another
 //! replica or of a process that died). Wall clocks of two machines are never compared.
+//!
+//! A create whose vCenter task this process knows (its own, told by the backend) stays in
+//! doubt until that task is followed to its end, however long it runs (docs/design.md
+//! §4.4, §4.10).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -21,6 +25,8 @@ struct Entry {
     since: Instant,
     /// vCenter said the create under `token` ended without a volume (it refused it).
     ended: bool,
+    /// The vCenter task the create under `token` runs as, when the backend told it.
+    task: Option<String>,
 }
 
 /// The markers this process knows of, one per path (entries go when the path resolves).
@@ -42,6 +48,7 @@ impl InFlight {
                 token: token.to_owned(),
                 since: Instant::now(),
                 ended: false,
+                task: None,
             },
         );
     }
@@ -65,8 +72,42 @@ impl InFlight {
                 token: token.to_owned(),
                 since: Instant::now(),
                 ended: true,
+                task: None,
             },
         );
+    }
+
+    /// Records that the create under `token` (sent by this process) runs as `task`.
+    pub fn task_started(&self, path: &VolumePath, token: &str, task: &str) {
+        if let Some(entry) = self.map().get_mut(path)
+            && entry.token == token
+        {
+            entry.task = Some(task.to_owned());
+        }
+    }
+
+    /// The task this process knows the create under `token` runs as, unless it ended.
+    pub fn task(&self, path: &VolumePath, token: &str) -> Option<String> {
+        self.map()
+            .get(path)
+            .filter(|e| e.token == token && !e.ended)
+            .and_then(|e| e.task.clone())
+    }
+
+    /// Records that the task of the create under `token` (any replica's) ended in error:
+    /// no create can land under that marker any more.
+    pub fn task_failed(&self, path: &VolumePath, token: &str) {
+        self.not_sent(path, token);
+    }
+
+    /// vCenter does not know the task of the create under `token`: only the grace tells
+    /// when that create may be presumed ended.
+    pub fn task_unknown(&self, path: &VolumePath, token: &str) {
+        if let Some(entry) = self.map().get_mut(path)
+            && entry.token == token
+        {
+            entry.task = None;
+        }
     }
 
     /// True when the create under `token` is known to have ended without a volume.
@@ -85,12 +126,14 @@ impl InFlight {
             token: token.to_owned(),
             since: Instant::now(),
             ended: false,
+            task: None,
         });
         if entry.token != token {
             *entry = Entry {
                 token: token.to_owned(),
                 since: Instant::now(),
                 ended: false,
+                task: None,
             };
         }
         if entry.ended {
@@ -101,11 +144,12 @@ impl InFlight {
     }
 
     /// The token of a create of `path` that this process knows of and that may still be
-    /// running: a marker of its own, whatever the stored status says now.
+    /// running: a marker of its own, whatever the stored status says now. A create whose
+    /// task is known stays pending past the grace, until the task is followed to its end.
     pub fn pending(&self, path: &VolumePath, grace: Duration) -> Option<String> {
         self.map()
             .get(path)
-            .filter(|e| !e.ended && e.since + grace > Instant::now())
+            .filter(|e| !e.ended && (e.task.is_some() || e.since + grace > Instant::now()))
             .map(|e| e.token.clone())
     }
 

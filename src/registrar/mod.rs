@@ -33,6 +33,7 @@ use crate::volume_path::VolumePath;
 mod create;
 mod error;
 mod failure;
+mod follow_task;
 mod in_flight;
 mod keyed_lock;
 mod leader_gate;

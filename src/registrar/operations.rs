@@ -248,6 +248,14 @@ impl Registrar {
             }
             return self.look_and_create(&step, version, creates, held).await;
         };
+        // A create whose task is known is followed to its end first (docs/design.md §4.4).
+        if let Some(task) = self.marker_task(path, state, token)
+            && let Some(id) = self.follow_task(path, token, &task, held).await?
+        {
+            return self
+                .adopt(path, id, disk_uuid, attempts, version, held)
+                .await;
+        }
         loop {
             // Adopt before create: a create that succeeded on the server but not for us
             // (crash, cancellation, lost response, late task) is found here.

@@ -28,6 +28,9 @@ pub struct StoredState {
     /// The token of the stored `Registering` write-ahead: a create may be in flight in
     /// vCenter under it (only set while the phase is `Registering`).
     pub marker: Option<String>,
+    /// The MoRef value of the vCenter task of the create sent under `marker`, once it was
+    /// recorded (only set beside a marker; docs/design.md §4.4).
+    pub task: Option<String>,
     /// The version this state was read at; writes conditional on it fail with
     /// [`StoreErrorKind::Conflict`] when anything changed since.
     pub version: Option<Version>,
@@ -54,6 +57,14 @@ pub enum StatusUpdate {
         /// Unique per write-ahead; a reader measures the in-flight grace from the moment
         /// it first sees a token, on its own monotonic clock.
         token: String,
+    },
+    /// The create sent under the stored marker `token` runs as the vCenter task `task`
+    /// (recorded when it did not finish quickly; docs/design.md §4.4). Phase and marker stay.
+    TaskRecorded {
+        /// The marker the create was sent under.
+        token: String,
+        /// The task's MoRef value, e.g. `task-123`.
+        task: String,
     },
     /// The vmdk is registered (created now or adopted).
     Registered {
@@ -172,15 +183,26 @@ pub trait StatusStore: Send + Sync + 'static {
 pub fn apply(state: &mut StoredState, update: &StatusUpdate) {
     if !matches!(
         update,
-        StatusUpdate::Registering { .. } | StatusUpdate::Protected | StatusUpdate::Stalled { .. }
+        StatusUpdate::Registering { .. }
+            | StatusUpdate::TaskRecorded { .. }
+            | StatusUpdate::Protected
+            | StatusUpdate::Stalled { .. }
     ) {
         state.marker = None;
+        state.task = None;
     }
     match update {
         StatusUpdate::Registering { attempts, token } => {
             state.phase = Some(Phase::Registering);
             state.attempts = *attempts;
             state.marker = Some(token.clone());
+            state.task = None;
+        }
+        // A task belongs to the marker it was sent under (as the cluster's reader checks).
+        StatusUpdate::TaskRecorded { token, task } => {
+            if state.marker.as_ref() == Some(token) && state.phase == Some(Phase::Registering) {
+                state.task = Some(task.clone());
+            }
         }
         StatusUpdate::Registered {
             volume_id,

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tracing::{info, instrument, warn};
 
 use super::{Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind, Version};
-use crate::backend::{CnsVolume, ErrorClass, VolumeId};
+use crate::backend::{CnsVolume, ErrorClass, TaskState, VolumeId};
 use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
@@ -30,6 +30,20 @@ impl Registrar {
             if Instant::now() < deadline {
                 info!(%path, "a create may still be in flight; unregistering after its grace");
                 tokio::time::sleep_until(deadline).await;
+            }
+            // A create whose task still runs may land after the grace: not before it ended
+            // (docs/design.md §4.4); a task that ended left its volume to be found below.
+            if let Some(task) = self.marker_task(path, &state, token) {
+                let running = self
+                    .call(path, Lane::New, || self.backend.create_task_state(&task))
+                    .await?;
+                if running == TaskState::Running {
+                    info!(%path, %task, "the create's task still runs; unregistering after it ended");
+                    return Err(RegisterError::OutcomeUnknown {
+                        path: path.clone(),
+                        retry_after: self.config.adoption_poll,
+                    });
+                }
             }
         }
         let name = path.cns_volume_name();

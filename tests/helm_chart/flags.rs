@@ -229,6 +229,12 @@ fn flag_table() -> Vec<(&'static str, Vec<&'static str>, &'static str, Check)> {
             |a| a.on_pv_delete == OnPvDelete::Keep,
         ),
         (
+            "inline-pod-volumes",
+            vec!["--set", "inlinePodVolumes=false"],
+            "--inline-pod-volumes=false",
+            |a| !a.inline_pod_volumes,
+        ),
+        (
             "gc-orphans",
             vec!["--set", "gcOrphans=true"],
             "--gc-orphans",

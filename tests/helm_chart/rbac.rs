@@ -33,6 +33,7 @@ fn rbac_is_least_privilege_and_commented() {
     };
     let expected: BTreeMap<String, BTreeSet<String>> = [
         ("/persistentvolumes", want(&["get", "list", "watch"])),
+        ("/pods", want(&["get", "list", "watch"])),
         (
             "volmig.io/volumemigrations",
             want(&[
@@ -313,4 +314,19 @@ fn the_csi_config_secret_is_read_through_one_role_for_that_one_secret() {
         "{:?}",
         rendered.args()
     );
+}
+
+#[test]
+fn pods_are_read_only_while_inline_pod_volumes_are_watched() {
+    let grants_pods = |args: &[&str]| {
+        let rendered = render(args);
+        let role = rendered.get("ClusterRole", "volmig");
+        role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .any(|rule| strings(&rule["resources"]).contains(&"pods".to_owned()))
+    };
+    assert!(grants_pods(&[]), "on by default");
+    assert!(!grants_pods(&["--set", "inlinePodVolumes=false"]));
 }

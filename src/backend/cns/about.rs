@@ -63,6 +63,9 @@ const API_6_7_U3: ApiVersion = ApiVersion::new(6, 7, 3);
 const BUILD_6_7_U3L: u64 = 17_137_327;
 /// From this version on, CNS sets `keepAfterDeleteVm` itself when it registers a disk.
 const REGISTRATION_PROTECTS: ApiVersion = ApiVersion::new(8, 0, 3);
+/// vSphere 7.0 Update 1: from it on, CNS refuses to register a disk that already backs a
+/// volume (`CnsAlreadyRegisteredFault`, carrying that volume's ID).
+const REFUSES_RE_REGISTRATION: ApiVersion = ApiVersion::new(7, 0, 1);
 
 /// The product and API version of the connected vCenter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +145,16 @@ impl VcenterVersion {
         self.version
             .or(self.api_version)
             .is_some_and(|v| v >= REGISTRATION_PROTECTS)
+    }
+
+    /// True when CNS answers a create of a disk that already backs a volume with
+    /// `CnsAlreadyRegisteredFault` instead of a second volume: vSphere 7.0 Update 1 (7.0.1)
+    /// and later, by `about.version`, else `about.apiVersion`. Unknown versions are treated
+    /// as older, so the look-up by backing disk runs (docs/design.md §4.3).
+    pub fn refuses_re_registration(&self) -> bool {
+        self.version
+            .or(self.api_version)
+            .is_some_and(|v| v >= REFUSES_RE_REGISTRATION)
     }
 }
 
@@ -243,6 +256,22 @@ mod tests {
         // Without about.version, the API version decides; unknown means "set it".
         assert!(both("", "8.0.3.0").registration_protects());
         assert!(!both("", "").registration_protects());
+    }
+
+    #[test]
+    fn re_registration_is_refused_from_7_0_update_1() {
+        let both = |v: &str, api: &str| VcenterVersion::from_strings(v, api);
+        assert!(both("7.0.1", "7.0.1.0").refuses_re_registration());
+        assert!(both("7.0.3", "7.0.3.0").refuses_re_registration());
+        assert!(both("8.0.3", "8.0.3.0").refuses_re_registration());
+        assert!(!both("7.0.0", "7.0.0.0").refuses_re_registration());
+        assert!(!both("6.7.0", "6.7.3").refuses_re_registration());
+        assert!(!both("6.5.0", "6.5").refuses_re_registration());
+        // about.version decides when both are there; unknown counts as older.
+        assert!(!both("7.0.0", "7.0.1.0").refuses_re_registration());
+        assert!(both("", "7.0.1.0").refuses_re_registration());
+        assert!(!both("", "").refuses_re_registration());
+        assert!(!both("garbage", "garbage").refuses_re_registration());
     }
 
     #[test]

@@ -17,9 +17,11 @@
 //! - Datastores are found by name in the configured datacenters (all when none are
 //!   configured, datacenters inside folders included); the mapping is cached and read
 //!   again when a name is missing.
-//! - `find_volumes` asks CNS for the name and checks name and backing path client-side;
-//!   on a real vCenter, a volume of the same disk under another name surfaces as
-//!   `CnsAlreadyRegisteredFault` on create, whose volume ID is adopted.
+//! - `find_volumes` asks CNS for the name and checks name and backing path client-side.
+//!   A volume of the same disk under another name surfaces, from vCenter 7.0 Update 1
+//!   on, as `CnsAlreadyRegisteredFault` on create, whose volume ID is adopted; on older
+//!   vCenters it is found by a look-up of the datastore's volumes by backing disk
+//!   (`volumes_by_disk`, `disk_snapshot`; docs/design.md §4.3).
 //! - `about.version`/`about.apiVersion` are read at connect ([`CnsBackend::version`]) and
 //!   decide two things, as in the vSphere CSI driver: on API versions above 6.7.3 up to
 //!   7.0.0, and on 6.7.3 from build 17137327 (6.7 Update 3l), a registration first makes
@@ -45,6 +47,7 @@ use crate::volume_path::VolumePath;
 mod about;
 mod backing;
 mod config;
+mod disk_snapshot;
 mod fault;
 mod inventory;
 mod ops;
@@ -81,6 +84,8 @@ struct Inner {
     options: CnsOptions,
     policies: pbm::PolicyCache,
     vslm: vslm::Vslm,
+    /// Volumes by backing disk per datastore (vCenter before 7.0 U1 only, §4.3).
+    disks: disk_snapshot::DiskSnapshots,
 }
 
 /// What the create spec says beyond [`CnsConfig`] (the driver's `[Global]` settings).
@@ -167,6 +172,7 @@ impl CnsBackend {
                 options,
                 policies: pbm::PolicyCache::default(),
                 vslm: vslm::Vslm::default(),
+                disks: disk_snapshot::DiskSnapshots::default(),
             }),
         })
     }

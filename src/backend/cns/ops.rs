@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 
 use crate::backend::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, VolumeBackend,
-    VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
+    VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::volume_path::VolumePath;
 
@@ -63,18 +63,14 @@ impl CnsBackend {
         let task = volumes::start_create(client, op::CREATE, spec, &request.fence)
             .await
             .map_err(|e| fault::about(self.note(e), &what))?;
+        request.fence.task_started(&task.value);
         // vCenter runs the task now: an error of any class while following it leaves the
         // create's outcome unknown (docs/design.md §4.8).
         let outcome =
             task::wait::<BatchResult>(client, op::CREATE, &task, self.inner.task_timeout, &what)
                 .await
                 .map_err(BackendError::after_send)?;
-        let outcome = match outcome {
-            TaskOutcome::Success(result) => {
-                volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
-            }
-            TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
-        };
+        let outcome = task::create_outcome(outcome);
         match outcome {
             VolumeOutcome::Ok(id) => {
                 tracing::info!(path = %what, volume_id = %id, name = %request.name, "CNS volume created");
@@ -139,12 +135,7 @@ impl CnsBackend {
         let outcome =
             task::wait::<BatchResult>(client, op::PROTECT, &task, self.inner.task_timeout, &what)
                 .await?;
-        let outcome = match outcome {
-            TaskOutcome::Success(result) => {
-                volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
-            }
-            TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
-        };
+        let outcome = task::create_outcome(outcome);
         match outcome {
             VolumeOutcome::Ok(got) | VolumeOutcome::AlreadyRegistered(got, _) if got == *id => {
                 tracing::debug!(volume_id = %id, "registered again by its ID: keepAfterDeleteVm set");
@@ -261,10 +252,12 @@ impl VolumeBackend for CnsBackend {
     }
 
     async fn find_volumes(&self, name: &str, path: &VolumePath) -> Result<Vec<CnsVolume>> {
-        let found = self
+        let mut found = self
             .query_all(op::FIND, &[name])
             .await
             .map_err(|e| fault::about(e, &format!("volumes named {name}")))?;
+        // docs/design.md §4.3: by backing disk on vCenters older than 7.0 Update 1.
+        found.extend(self.volumes_missed_by_name(path, &found).await?);
         let mut matching: Vec<CnsVolume> = Vec::new();
         for volume in found {
             let wanted = volume.name == name || volume.backing_path.as_ref() == Some(path);
@@ -328,6 +321,12 @@ impl VolumeBackend for CnsBackend {
                 "no datacenter to try",
             )
         }))
+    }
+
+    async fn create_task_state(&self, task: &str) -> Result<TaskState> {
+        task::create_state(&self.inner.client, task)
+            .await
+            .map_err(|e| fault::about(e, &format!("create task {task}")))
     }
 
     async fn delete_volume(&self, id: &VolumeId) -> Result<()> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::backend::{BackendError, ErrorClass};
+use crate::backend::{BackendError, ErrorClass, TaskState, op};
 
 use super::fault::{self, names};
 use super::session::SoapClient;
@@ -15,6 +15,7 @@ use super::vim::{
     ObjectSpec, PropertyFilterSpec, PropertySpec, RetrieveOptions, RetrievePropertiesEx,
     RetrieveResult, TaskInfo,
 };
+use super::volumes::{self, BatchResult, VolumeOutcome};
 
 const FIRST_POLL: Duration = Duration::from_millis(20);
 const MAX_POLL: Duration = Duration::from_secs(2);
@@ -64,6 +65,45 @@ pub(crate) async fn wait<R: DeserializeOwned>(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(MAX_POLL);
     }
+}
+
+/// What a CNS create's (or re-registration's) ended task says of its volume: the
+/// result's first entry, or the task's own fault (`CnsAlreadyRegisteredFault` naming the
+/// existing volume included).
+pub(crate) fn create_outcome(outcome: TaskOutcome<BatchResult>) -> VolumeOutcome {
+    match outcome {
+        TaskOutcome::Success(result) => {
+            volumes::volume_outcome(result.unwrap_or_default().volume_results.first())
+        }
+        TaskOutcome::Error(fault) => volumes::fault_outcome(*fault),
+    }
+}
+
+/// The state of the `CnsCreateVolume` task `task` now, read once as [`wait`] reads it
+/// (docs/design.md §4.4): a task vCenter no longer knows (`ManagedObjectNotFound`) is
+/// [`TaskState::Unknown`].
+pub(crate) async fn create_state(
+    client: &SoapClient,
+    task: &str,
+) -> Result<TaskState, BackendError> {
+    let moref = MoRef::new("Task", task);
+    let info = match task_info::<BatchResult>(client, op::TASK_INFO, &moref).await {
+        Ok(info) => info,
+        Err(e) if e.fault == "ManagedObjectNotFound" => return Ok(TaskState::Unknown),
+        Err(e) => return Err(e),
+    };
+    let outcome = match info.state.as_str() {
+        "success" => TaskOutcome::Success(info.result),
+        "error" => TaskOutcome::Error(Box::new(Fault::from_localized(
+            info.error.unwrap_or_default(),
+        ))),
+        _ => return Ok(TaskState::Running),
+    };
+    Ok(match create_outcome(outcome) {
+        VolumeOutcome::Ok(id) | VolumeOutcome::AlreadyRegistered(id, _) => TaskState::Succeeded(id),
+        VolumeOutcome::Failed(fault) => TaskState::Failed(fault::from_fault(op::CREATE, &fault)),
+        VolumeOutcome::Missing => TaskState::Unknown,
+    })
 }
 
 async fn task_info<R: DeserializeOwned>(

@@ -156,6 +156,9 @@ pub(crate) struct CnsQueryFilter<'a> {
     pub volume_ids: Vec<CnsVolumeIdXml>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<&'a str>,
+    /// After `containerClusterIds` and `storagePolicyId` (never set), before `cursor`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub datastores: Vec<MoRef>,
     pub cursor: CnsCursor,
 }
 
@@ -367,11 +370,24 @@ pub(crate) async fn query_page(
     names: &[&str],
     offset: i64,
 ) -> Result<(Vec<CnsVolume>, Option<i64>), BackendError> {
+    filtered_page(client, operation, names, &[], offset).await
+}
+
+/// One `CnsQueryVolume` page from `offset`, filtered by `names` and `datastores` (each
+/// left out when empty). Returns the volumes and the offset of the next page, if any.
+pub(crate) async fn filtered_page(
+    client: &SoapClient,
+    operation: &'static str,
+    names: &[&str],
+    datastores: &[MoRef],
+    offset: i64,
+) -> Result<(Vec<CnsVolume>, Option<i64>), BackendError> {
     let request = CnsQueryVolume {
         this: volume_manager(),
         filter: CnsQueryFilter {
             volume_ids: Vec::new(),
             names: names.to_vec(),
+            datastores: datastores.to_vec(),
             cursor: CnsCursor {
                 offset,
                 limit: PAGE_SIZE,
@@ -410,6 +426,7 @@ pub(crate) async fn query_ids(
                 .map(|id| CnsVolumeIdXml { id: id.0.clone() })
                 .collect(),
             names: Vec::new(),
+            datastores: Vec::new(),
             cursor: CnsCursor {
                 offset: 0,
                 limit: PAGE_SIZE,
@@ -449,6 +466,9 @@ mod outcome;
 pub(crate) use outcome::{
     VolumeOutcome, delete_error, fault_outcome, volume_not_found, volume_outcome,
 };
+
+#[path = "volumes_by_disk.rs"]
+mod by_disk;
 
 #[cfg(test)]
 #[path = "volumes_tests.rs"]

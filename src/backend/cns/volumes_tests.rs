@@ -170,6 +170,7 @@ fn query_and_delete_requests_follow_the_wsdl() {
         filter: CnsQueryFilter {
             volume_ids: Vec::new(),
             names: vec!["volmig-abc"],
+            datastores: Vec::new(),
             cursor: CnsCursor {
                 offset: 500,
                 limit: PAGE_SIZE,
@@ -309,6 +310,58 @@ fn query_results_carry_name_and_backing_path() {
         volumes[0].backing_path,
         Some(VolumePath::parse("[LocalDS_0] kubevols/disk-0001.vmdk").unwrap())
     );
+}
+
+#[test]
+fn the_query_by_datastore_names_it_before_the_cursor() {
+    let query = CnsQueryVolume {
+        this: volume_manager(),
+        filter: CnsQueryFilter {
+            volume_ids: Vec::new(),
+            names: Vec::new(),
+            datastores: vec![MoRef::new("Datastore", "datastore-11")],
+            cursor: CnsCursor {
+                offset: 0,
+                limit: PAGE_SIZE,
+                total_records: None,
+            },
+        },
+    };
+    let xml = method_xml("CnsQueryVolume", VIM_NS, &query).unwrap();
+    assert!(
+        xml.ends_with(
+            "<filter><datastores type=\"Datastore\">datastore-11</datastores><cursor>\
+             <offset>0</offset><limit>500</limit></cursor></filter></CnsQueryVolume>"
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn a_volume_backs_a_disk_by_its_canonical_path() {
+    let volume = |xml: &str| {
+        let parsed: CnsVolumeXml = quick_xml::de::from_str(xml).unwrap();
+        parsed.into_volume()
+    };
+    let by_url = volume(
+        "<v><volumeId><id>a</id></volumeId><name>pvc-1</name><backingObjectDetails>\
+         <backingDiskUrlPath>https://vc/folder/kubevols/disk-0001.vmdk?dcPath=DC0&amp;\
+         dsName=LocalDS_0</backingDiskUrlPath></backingObjectDetails></v>",
+    );
+    let disk = VolumePath::parse("[LocalDS_0] kubevols/disk-0001.vmdk").unwrap();
+    let spelled = VolumePath::parse("[LocalDS_0] /kubevols//disk-0001.vmdk").unwrap();
+    assert_eq!(by_url.backing_path.as_ref(), Some(&disk));
+    assert_eq!(
+        by_url.backing_path.as_ref(),
+        Some(&spelled),
+        "canonical paths compare"
+    );
+    let other = VolumePath::parse("[LocalDS_0] kubevols/disk-0002.vmdk").unwrap();
+    assert_ne!(by_url.backing_path.as_ref(), Some(&other));
+    let elsewhere = VolumePath::parse("[LocalDS_1] kubevols/disk-0001.vmdk").unwrap();
+    assert_ne!(by_url.backing_path.as_ref(), Some(&elsewhere));
+    let no_backing = volume("<v><volumeId><id>b</id></volumeId><name>pvc-2</name></v>");
+    assert_eq!(no_backing.backing_path, None);
 }
 
 #[test]

@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::api::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::inline_volumes::PodVolumes;
 use super::{Context, MigrationCache};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
@@ -35,6 +36,9 @@ pub enum Error {
     /// Listing PersistentVolumes failed.
     #[error("full sync: listing PersistentVolumes")]
     ListPvs(#[source] kube::Error),
+    /// Listing pods (for inline vSphere volumes) failed.
+    #[error("full sync: listing pods (inline vSphere volumes)")]
+    ListPods(#[source] kube::Error),
     /// Listing CNS volumes failed.
     #[error("full sync: listing CNS volumes")]
     ListVolumes(#[source] BackendError),
@@ -66,6 +70,8 @@ pub struct PassSummary {
 pub struct FullSync {
     ctx: Arc<Context>,
     pvs: Api<PersistentVolume>,
+    /// Pods, when inline vSphere volumes are watched (docs/design.md §8.9).
+    pods: Option<Api<Pod>>,
     migrations: Arc<MigrationCache>,
     gc_orphans: bool,
     concurrency: usize,
@@ -89,12 +95,20 @@ impl FullSync {
         Self {
             ctx,
             pvs,
+            pods: None,
             migrations,
             gc_orphans,
             concurrency: concurrency.max(1),
             absent: Mutex::new(HashSet::new()),
             shutdown,
         }
+    }
+
+    /// Counts the inline vSphere volumes of `pods` as users of their paths: a path only
+    /// pods name is in use, never unused (docs/design.md §8.9).
+    pub fn with_pods(mut self, pods: Api<Pod>) -> Self {
+        self.pods = Some(pods);
+        self
     }
 
     /// Runs passes: when leadership is gained and then every `interval`, until shutdown.
@@ -225,9 +239,14 @@ impl FullSync {
         })
     }
 
-    /// Lists PVs page by page, keeping only valid in-tree paths.
+    /// Lists PVs (and pods, when watched) page by page: the users of every valid in-tree
+    /// path.
     async fn list_pvs(&self) -> Result<HashMap<VolumePath, Vec<String>>, Error> {
-        list_pvs_by_path(&self.pvs).await
+        let mut users = list_pvs_by_path(&self.pvs).await?;
+        if let Some(pods) = &self.pods {
+            add_inline_pod_users(pods, &mut users).await?;
+        }
+        Ok(users)
     }
 
     /// IDs the CSI driver's cache holds for the paths in use.
@@ -342,6 +361,33 @@ pub async fn list_pvs_by_path(
         names.sort();
     }
     Ok(by_path)
+}
+
+/// Adds the inline vSphere volumes of every pod to `users` (keys of
+/// [`super::inline_volumes::pod_user_key`]), page by page, keeping each list sorted.
+pub async fn add_inline_pod_users(
+    api: &Api<Pod>,
+    users: &mut HashMap<VolumePath, Vec<String>>,
+) -> Result<(), Error> {
+    let client = api.clone().into_client();
+    for_each_item_page(
+        &client,
+        api.resource_url(),
+        PAGE_SIZE,
+        |items: Vec<PodVolumes>| {
+            for volume in items.into_iter().flat_map(PodVolumes::into_inline) {
+                if let Ok(path) = VolumePath::parse(&volume.raw) {
+                    users.entry(path).or_default().push(volume.key);
+                }
+            }
+        },
+    )
+    .await
+    .map_err(Error::ListPods)?;
+    for names in users.values_mut() {
+        names.sort();
+    }
+    Ok(())
 }
 
 /// What full sync needs of a cached VolumeMigration. An object whose name is not its

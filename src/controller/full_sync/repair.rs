@@ -98,7 +98,7 @@ impl FullSync {
                     Ok(_) => Ok(()),
                     Err(e @ EnsureError::NameCollision { .. }) => {
                         for pv in pvs.get(path).into_iter().flatten() {
-                            super::super::pv_watcher::report_name_collision(ctx, pv, &e).await;
+                            super::super::user_watch::report_name_collision(ctx, pv, &e).await;
                         }
                         Err(RepairError::Create(e))
                     }

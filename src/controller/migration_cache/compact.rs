@@ -12,7 +12,8 @@ use crate::compact_text::CompactText as Token;
 use crate::controller::full_sync::MigrationRecord;
 use crate::path_intern;
 use crate::volume_migration::{
-    FINALIZER, LastError, Phase, VolumeMigration, VolumeMigrationSpec, VolumeMigrationStatus,
+    FINALIZER, LastError, Phase, RegisteringTask, VolumeMigration, VolumeMigrationSpec,
+    VolumeMigrationStatus,
 };
 use crate::volume_path::VolumePath;
 
@@ -132,6 +133,7 @@ struct Rare {
     next_retry_time: Option<Time>,
     duplicate_volume_ids: Option<Vec<String>>,
     registering_token: Option<String>,
+    registering_task: Option<RegisteringTask>,
     /// The numbers, when one of them does not fit [`Numbers`].
     wide_numbers: Option<WideNumbers>,
     /// The status is present but empty of everything kept inline.
@@ -256,6 +258,7 @@ impl CompactMigration {
             next_retry_time: status.and_then(|s| s.next_retry_time.clone()),
             duplicate_volume_ids: status.and_then(|s| s.duplicate_volume_ids.clone()),
             registering_token: status.and_then(|s| s.registering_token.clone()),
+            registering_task: status.and_then(|s| s.registering_task.clone()),
             empty_status: inline_status_empty,
             wide_numbers: None,
         };
@@ -342,6 +345,7 @@ impl CompactMigration {
                     || r.next_retry_time.is_some()
                     || r.duplicate_volume_ids.is_some()
                     || r.registering_token.is_some()
+                    || r.registering_task.is_some()
             })
     }
 
@@ -379,6 +383,7 @@ impl CompactMigration {
             registered_time: numbers.registered_time.clone(),
             duplicate_volume_ids: rare.duplicate_volume_ids.clone(),
             registering_token: rare.registering_token.clone(),
+            registering_task: rare.registering_task.clone(),
             protected_from_vm_delete: self.protected,
             observed_generation: numbers.observed_generation,
             conditions: None,

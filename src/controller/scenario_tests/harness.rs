@@ -36,6 +36,8 @@ use crate::volume_path::VolumePath;
 pub(super) use super::scripted_api::*;
 
 pub(super) const MIGRATIONS: &str = "/apis/volmig.io/v1alpha1/volumemigrations";
+/// The CSI driver's cache objects (docs/design.md §8.1).
+pub(super) const DRIVER_OBJECTS: &str = "/apis/cns.vmware.com/v1alpha1/cnsvspherevolumemigrations";
 pub(super) const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 /// kube-core builds `<path>?` and appends pairs with `&`: the leading `&` is what goes out.
 pub(super) const FIELD_MANAGER_QUERY: &str = "&fieldManager=volmig";

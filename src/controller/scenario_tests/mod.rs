@@ -15,9 +15,9 @@ mod terms;
 
 use crate::backend::{VolumeBackend, op};
 use crate::controller::Action;
-use crate::controller::Error;
 use crate::controller::full_sync::PassSummary;
 use crate::controller::reconcile::error_policy;
+use crate::controller::{Error, RecordError};
 use crate::volume_migration::FINALIZER;
 use crate::volume_path::VolumePath;
 use http::{Method, StatusCode};
@@ -212,7 +212,10 @@ async fn scenario_status_conflict_is_a_transient_write_status_failure() {
     let error = f.api.outcome(task).await.unwrap_err();
     assert_eq!(error.metric_label(), "write_status");
     assert!(!error.is_permanent(), "{error:?}");
-    assert!(matches!(error, Error::WriteStatus(_)), "{error:?}");
+    assert!(
+        matches!(error, Error::Record(RecordError::PvList(_))),
+        "{error:?}"
+    );
     let action = error_policy(Arc::new(vm), &error, Arc::clone(&f.ctx));
     assert_eq!(action, Action::requeue(ERROR_REQUEUE));
     assert_ne!(action, Action::await_change());

@@ -12,8 +12,6 @@ use crate::backend::VolumeId;
 use crate::controller::publish::{publish, unpublish};
 use crate::k8s::driver_cache::DriverIndex;
 
-const DRIVER_OBJECTS: &str = "/apis/cns.vmware.com/v1alpha1/cnsvspherevolumemigrations";
-
 #[tokio::test]
 async fn published_once_kept_while_no_pv_spells_it_removed_with_the_registration() {
     let index = Arc::new(DriverIndex::default());

@@ -59,6 +59,16 @@ impl Call {
         });
         self.reply(code, &body);
     }
+
+    /// Answers with no response at all: the request timed out, as the unit table of
+    /// `controller::error` represents it (`kube::Error::Service` holding an
+    /// `io::ErrorKind::TimedOut`).
+    pub(super) fn time_out(self) {
+        self.respond.send_error(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the request deadline passed",
+        ));
+    }
 }
 
 /// The API side of the mock: hands out the controller's requests in order.

@@ -462,4 +462,5 @@ mod interleavings;
 mod markers;
 mod slots;
 mod stages;
+mod tasks;
 mod unregistration;

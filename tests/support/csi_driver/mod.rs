@@ -4,8 +4,9 @@
 //!
 //! - its cache of `CnsVSphereVolumeMigration` objects, Add and Delete only ([`cache`]);
 //! - the syncer's leader election on the Lease `vsphere-syncer` ([`lease`]);
-//! - while leading: registration on a cache miss on PV events and in each full sync, the
-//!   PV deletion that unregisters the volume, and the stale clean-up ([`syncer`]);
+//! - while leading: registration on a cache miss on PV events, on pod adds (inline
+//!   volumes) and in each full sync, the PV deletion that unregisters the volume, and the
+//!   stale clean-up ([`syncer`]);
 //! - the controller's look-ups, which never register ([`CsiDriverDouble::attach_lookup`]).
 //!
 //! Include with `#[path = "support/csi_driver/mod.rs"] mod csi_driver;` next to
@@ -97,6 +98,8 @@ pub struct Inner {
     created_names: Mutex<Vec<String>>,
     attach_misses: AtomicUsize,
     full_syncs: AtomicUsize,
+    /// Pods handled by `podAdded`.
+    pod_adds: AtomicUsize,
     leading: AtomicBool,
     path_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     log: Mutex<Vec<String>>,
@@ -148,6 +151,7 @@ impl CsiDriverDouble {
             created_names: Mutex::default(),
             attach_misses: AtomicUsize::new(0),
             full_syncs: AtomicUsize::new(0),
+            pod_adds: AtomicUsize::new(0),
             leading: AtomicBool::new(false),
             path_locks: Mutex::default(),
             log: Mutex::default(),
@@ -215,6 +219,11 @@ impl CsiDriverDouble {
     /// Completed full-sync passes.
     pub fn full_syncs(&self) -> usize {
         self.inner.full_syncs.load(Ordering::SeqCst)
+    }
+
+    /// Pods the syncer's `podAdded` has handled (each inline volume looked up).
+    pub fn pod_adds(&self) -> usize {
+        self.inner.pod_adds.load(Ordering::SeqCst)
     }
 
     /// One stale clean-up pass now: the names of the objects it deleted.
@@ -351,7 +360,7 @@ async fn campaign_and_lead(inner: &Arc<Inner>) {
 }
 
 /// The syncer's work while leading: wait for the cache's first list (the syncer's own
-/// informers take longer to sync than one list), then the PV informer, the full sync
+/// informers take longer to sync than one list), then the PV and pod informers, the full sync
 /// (first pass at once: `for ; true; <-fullSyncTicker.C`, metadatasyncer.go:869) and the
 /// stale clean-up ticker.
 async fn run_syncer(inner: Arc<Inner>) {
@@ -360,6 +369,7 @@ async fn run_syncer(inner: Arc<Inner>) {
     }
     let mut work = JoinSet::new();
     work.spawn(syncer::run_pv_informer(Arc::clone(&inner)));
+    work.spawn(syncer::run_pod_informer(Arc::clone(&inner)));
     let full = Arc::clone(&inner);
     work.spawn(async move {
         loop {

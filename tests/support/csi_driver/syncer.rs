@@ -21,8 +21,11 @@
 //!   deleteDisk=false)` (an error is only logged), then `DeleteVolumeInfo` (L423-442)
 //!   deletes the object named by the ID.
 //! - Full sync (`pkg/syncer/fullsync.go:87-94, 205-228`): every in-tree PV through
-//!   `GetVolumeID(register)`; the first error ends the pass. Pods' inline `vsphereVolume`s
-//!   register as in `podAdded` (metadatasyncer.go:3333-3346).
+//!   `GetVolumeID(register)`; the first error ends the pass. It never looks at pods.
+//! - Pod adds (`AddPodListener` L805-815 → `podAdded` L3311-3346): every inline
+//!   `vsphereVolume` of an added pod through `GetVolumeID(register)` (an error is only
+//!   logged). The informer's initial list delivers every existing pod as an add, so a
+//!   syncer that starts leading registers the inline volumes of all pods at once.
 //! - Stale clean-up (`cleanupStaleCRDInstances`, migration.go:588-667).
 
 use std::collections::BTreeSet;
@@ -240,7 +243,7 @@ async fn pv_deleted(inner: &Arc<Inner>, pv: &PersistentVolume) {
     }
 }
 
-/// One full sync (fullsync.go:205-228, plus `podAdded` for inline volumes).
+/// One full sync (fullsync.go:205-228): PVs only.
 pub async fn full_sync(inner: &Arc<Inner>) -> Result<(), String> {
     let pvs: Api<PersistentVolume> = Api::all(inner.client.clone());
     let list = pvs
@@ -250,25 +253,6 @@ pub async fn full_sync(inner: &Arc<Inner>) -> Result<(), String> {
     for pv in &list.items {
         if let Some(raw) = in_tree_path(pv) {
             get_volume_id(inner, &raw, true).await?;
-        }
-    }
-    let pods: Api<Pod> = Api::all(inner.client.clone());
-    let pods = match pods.list(&ListParams::default()).await {
-        Ok(pods) => pods.items,
-        // The API test server serves no pods.
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => return Err(e.to_string()),
-    };
-    for pod in &pods {
-        let volumes = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.clone())
-            .unwrap_or_default();
-        for v in volumes.iter().filter_map(|v| v.vsphere_volume.as_ref()) {
-            if let Err(e) = get_volume_id(inner, &v.volume_path, true).await {
-                inner.note(format!("podAdded: {e}"));
-            }
         }
     }
     inner.full_syncs.fetch_add(1, Ordering::SeqCst);
@@ -334,6 +318,80 @@ pub async fn run_pv_informer(inner: Arc<Inner>) {
                         version = pv.metadata.resource_version.clone().unwrap_or(version);
                         known.remove(&pv.metadata.name.clone().unwrap_or_default());
                         pv_deleted(&inner, &pv).await;
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                    Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,
+                }
+            }
+        }
+    }
+}
+
+/// `podAdded` (metadatasyncer.go:3311-3346): each inline vSphere volume of `pod` through
+/// `GetVolumeID(register)`; errors are only logged.
+async fn pod_added(inner: &Arc<Inner>, pod: &Pod) {
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    for v in volumes.iter().filter_map(|v| v.vsphere_volume.as_ref()) {
+        if let Err(e) = get_volume_id(inner, &v.volume_path, true).await {
+            inner.note(format!("podAdded: {e}"));
+        }
+    }
+    inner.pod_adds.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The pod informer's Add handler, one event at a time: the initial list and every relist
+/// deliver pods not seen before as adds, then the watch's ADDED events.
+pub async fn run_pod_informer(inner: Arc<Inner>) {
+    let api: Api<Pod> = Api::all(inner.client.clone());
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    let key = |pod: &Pod| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    loop {
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(e) => {
+                inner.note(format!("pod informer: list failed: {e}"));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        let listed: BTreeSet<String> = list.items.iter().map(key).collect();
+        for pod in &list.items {
+            if !known.contains(&key(pod)) {
+                pod_added(&inner, pod).await;
+            }
+        }
+        known = listed;
+        'watch: loop {
+            let params = WatchParams::default().timeout(30);
+            let Ok(stream) = api.watch(&params, &version).await else {
+                break 'watch;
+            };
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(WatchEvent::Added(pod)) => {
+                        version = pod.metadata.resource_version.clone().unwrap_or(version);
+                        if known.insert(key(&pod)) {
+                            pod_added(&inner, &pod).await;
+                        }
+                    }
+                    Ok(WatchEvent::Modified(pod)) => {
+                        version = pod.metadata.resource_version.clone().unwrap_or(version);
+                    }
+                    Ok(WatchEvent::Deleted(pod)) => {
+                        version = pod.metadata.resource_version.clone().unwrap_or(version);
+                        known.remove(&key(&pod));
                     }
                     Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
                     Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,

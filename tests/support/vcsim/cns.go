@@ -446,10 +446,11 @@ func (m *cnsManager) query(ctx context.Context, filter cnstypes.CnsQueryFilter) 
 		ids = append(ids, id.Id)
 	}
 	idSet, nameSet, clusterSet := stringSet(ids), stringSet(filter.Names), stringSet(filter.ContainerClusterIds)
-	dsURLs := map[string]bool{}
+	dsURLs, dsNames := map[string]bool{}, map[string]bool{}
 	for _, ref := range filter.Datastores {
 		if ds := m.h.datastoreByRef(ref); ds != nil {
 			dsURLs[ds.dir] = true
+			dsNames[ds.name] = true
 		} else {
 			dsURLs["\x00unknown:"+ref.Value] = true
 		}
@@ -465,7 +466,7 @@ func (m *cnsManager) query(ctx context.Context, filter cnstypes.CnsQueryFilter) 
 		if clusterSet != nil && !inCluster(v, clusterSet) {
 			continue
 		}
-		if len(dsURLs) > 0 && !dsURLs[v.DatastoreUrl] {
+		if len(dsURLs) > 0 && !m.onDatastore(v, dsURLs, dsNames) {
 			continue
 		}
 		if filter.StoragePolicyId != "" && v.StoragePolicyId != filter.StoragePolicyId {

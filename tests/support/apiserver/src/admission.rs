@@ -58,6 +58,8 @@ pub fn prepare_create(def: &ResourceDef, version: &str, obj: &mut Value) {
             default_field(obj, "/spec", "volumeMode", json!("Filesystem"));
             obj["status"] = json!({"phase": "Pending"});
         }
+        // No scheduler or kubelet here: a pod stays Pending.
+        ("", "pods") => obj["status"] = json!({"phase": "Pending"}),
         ("", "persistentvolumeclaims") => {
             default_field(obj, "/spec", "volumeMode", json!("Filesystem"));
             obj["status"] = json!({"phase": "Pending"});

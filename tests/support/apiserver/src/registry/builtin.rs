@@ -115,6 +115,7 @@ const PVC_COLUMNS: &[BuiltinColumn] = &[
     col("CAPACITY", ".status.capacity.storage"),
     col("STORAGECLASS", ".spec.storageClassName"),
 ];
+const POD_COLUMNS: &[BuiltinColumn] = &[col("STATUS", ".status.phase")];
 const EVENT_COLUMNS: &[BuiltinColumn] = &[
     col("TYPE", ".type"),
     col("REASON", ".reason"),
@@ -176,6 +177,7 @@ pub fn add_builtin_schemas(g: &mut schemars::SchemaGenerator) {
     g.subschema_for::<a::core::v1::Namespace>();
     g.subschema_for::<a::core::v1::PersistentVolume>();
     g.subschema_for::<a::core::v1::PersistentVolumeClaim>();
+    g.subschema_for::<a::core::v1::Pod>();
     g.subschema_for::<a::core::v1::Event>();
     g.subschema_for::<a::core::v1::ServiceAccount>();
     g.subschema_for::<a::core::v1::Service>();
@@ -224,6 +226,7 @@ fn specs() -> Vec<Spec> {
             true,
             PVC_COLUMNS,
         ),
+        spec::<a::core::v1::Pod>(core("pods"), "Pod", true, &["po"], true, POD_COLUMNS),
         spec::<a::core::v1::Event>(core("events"), "Event", true, &["ev"], false, EVENT_COLUMNS),
         spec::<a::core::v1::ServiceAccount>(
             core("serviceaccounts"),
@@ -367,7 +370,7 @@ pub fn builtin_defs() -> Vec<ResourceDef> {
                 list_kind: format!("{}List", s.kind),
                 namespaced: s.namespaced,
                 short_names: s.short.iter().map(|x| x.to_string()).collect(),
-                categories: if matches!(s.plural, "services" | "deployments") {
+                categories: if matches!(s.plural, "services" | "deployments" | "pods") {
                     vec!["all".to_string()]
                 } else {
                     Vec::new()
