@@ -25,7 +25,7 @@ mod vcsim;
 use std::time::Duration;
 
 use csi_driver::{CsiDriverDouble, DriverOptions};
-use e2e::{Cluster, Daemon, RBAC_KINDS, helm, phase, volume_id, wait_for};
+use e2e::{Cluster, Daemon, cluster_for_hold, phase, volume_id, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use vcsim::{Vcsim, VcsimOptions};
@@ -159,24 +159,6 @@ async fn an_inline_pod_volume_is_registered_published_kept_and_released_with_its
         Some(Phase::Registered),
         "the PV's vmdk is untouched"
     );
-}
-
-/// The API test server with the chart's RBAC rendered for hold mode as the daemon's
-/// identity (pods readable only through the chart's rule).
-async fn cluster_for_hold() -> Cluster {
-    let rbac: Vec<serde_json::Value> = helm::render(&[
-        "--set",
-        "leaderElection.leaseNamespace=kube-system",
-        "--set",
-        "driver.holdSyncer=true",
-    ])
-    .objects
-    .into_iter()
-    .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
-    .collect();
-    let cluster = Cluster::start_with_identity(&rbac).await;
-    cluster.install_driver_crd().await;
-    cluster
 }
 
 /// Hold, then follow: volmig holds the driver syncer's Lease while pods name one vmdk

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use csi_driver::{CsiDriverDouble, DriverOptions};
-use e2e::{Cluster, Daemon, RBAC_KINDS, helm, phase, volume_id, wait_for};
+use e2e::{Cluster, Daemon, cluster_for_hold, phase, volume_id, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -153,23 +153,6 @@ async fn a_driver_syncer_with_leader_election_is_judged_by_its_lease() {
 
 fn canonical(raw: &str) -> String {
     VolumePath::parse(raw).unwrap().canonical()
-}
-
-/// The API test server with the chart's RBAC rendered for hold mode as the daemon's identity.
-async fn cluster_for_hold() -> Cluster {
-    let rbac: Vec<serde_json::Value> = helm::render(&[
-        "--set",
-        "leaderElection.leaseNamespace=kube-system",
-        "--set",
-        "driver.holdSyncer=true",
-    ])
-    .objects
-    .into_iter()
-    .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
-    .collect();
-    let cluster = Cluster::start_with_identity(&rbac).await;
-    cluster.install_driver_crd().await;
-    cluster
 }
 
 /// The syncer Lease's holder now (`None`: no Lease or no holder).

@@ -349,15 +349,27 @@ pub const RBAC_KINDS: &[&str] = &[
 /// namespace [`Daemon::spawn`]'s volmig uses (its `--lease-namespace` default).
 pub fn chart_rbac() -> Vec<serde_json::Value> {
     static RENDERED: std::sync::OnceLock<Vec<serde_json::Value>> = std::sync::OnceLock::new();
-    RENDERED
-        .get_or_init(|| {
-            helm::render(&["--set", "leaderElection.leaseNamespace=kube-system"])
-                .objects
-                .into_iter()
-                .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
-                .collect()
-        })
-        .clone()
+    RENDERED.get_or_init(|| chart_rbac_with(&[])).clone()
+}
+
+/// [`chart_rbac`] rendered with more `helm --set` arguments (`extra`).
+pub fn chart_rbac_with(extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["--set", "leaderElection.leaseNamespace=kube-system"];
+    args.extend_from_slice(extra);
+    helm::render(&args)
+        .objects
+        .into_iter()
+        .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
+        .collect()
+}
+
+/// The API test server with the chart's identity rendered for hold mode
+/// (`driver.holdSyncer=true`) as the daemon's, and the CSI driver's CRD installed.
+pub async fn cluster_for_hold() -> Cluster {
+    let cluster =
+        Cluster::start_with_identity(&chart_rbac_with(&["--set", "driver.holdSyncer=true"])).await;
+    cluster.install_driver_crd().await;
+    cluster
 }
 
 /// Names one rule of the chart's RBAC: the role's kind and name and the rule's index.
