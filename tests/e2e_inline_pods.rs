@@ -27,27 +27,10 @@ use std::time::Duration;
 use csi_driver::{CsiDriverDouble, DriverOptions};
 use e2e::{Cluster, Daemon, cluster_for_hold, phase, volume_id, wait_for};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
 use volmig::volume_migration::Phase;
-
-/// Creates pod `name` in `default` with one inline vSphere volume `data` at `raw`.
-async fn create_pod(cluster: &Cluster, name: &str, raw: &str) {
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "containers": [{"name": "app", "image": "registry.example/app:1",
-                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-            "volumes": [{"name": "data", "vsphereVolume": {"volumePath": raw, "fsType": "ext4"}}]
-        }
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(cluster.client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
-}
 
 /// The driver's cache objects: (volumepath, volumeid).
 async fn driver_objects(cluster: &Cluster) -> Vec<(String, String)> {
@@ -84,7 +67,7 @@ async fn an_inline_pod_volume_is_registered_published_kept_and_released_with_its
     let ds = sim.datastores[0].inventory_path.clone();
     let pod_raw = format!("[{ds}] kubevols//disk-0002.vmdk");
     cluster.create_pv("pv-1", &pv_path).await;
-    create_pod(&cluster, "web", &pod_raw).await;
+    cluster.create_pod("web", &pod_raw).await;
 
     let daemon = Daemon::spawn(&cluster, &sim, "volmig-inline", &[]);
     daemon.wait_ready().await;
@@ -176,8 +159,8 @@ async fn held_inline_pod_volumes_are_registered_and_published_before_the_driver_
     let ds = sim.datastores[0].inventory_path.clone();
     let alias = format!("[{ds}] kubevols//disk-0001.vmdk");
     cluster.create_pv("pv-1", &pv_path).await;
-    create_pod(&cluster, "web", &inline_only).await;
-    create_pod(&cluster, "alias", &alias).await;
+    cluster.create_pod("web", &inline_only).await;
+    cluster.create_pod("alias", &alias).await;
 
     let daemon = Daemon::spawn(
         &cluster,
@@ -233,7 +216,7 @@ async fn held_inline_pod_volumes_are_registered_and_published_before_the_driver_
 
     // After the hand-over volmig follows: a new pod's vmdk is the driver's to register.
     let late = sim.vmdk_path("kubevols", 3);
-    create_pod(&cluster, "late", &late).await;
+    cluster.create_pod("late", &late).await;
     let late_id = wait_for(Duration::from_secs(60), "the late pod adopted", || async {
         let vm = cluster.migration(&late).await?;
         (phase(&vm) == Some(Phase::Registered)).then(|| volume_id(&vm))?

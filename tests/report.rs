@@ -155,6 +155,50 @@ async fn create_driver_object(cluster: &Cluster, name: &str, raw: &str, id: &str
     api.create(&PostParams::default(), &object).await.unwrap();
 }
 
+/// docs/design.md §8.9: a pod naming a vmdk inline (no PV) is a row of its own, named
+/// `pod/<namespace>/<pod>/<volume>`, and holds the verdict back until its path is Registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_pod_volumes_are_rows_of_the_report() {
+    let cluster = Cluster::start().await;
+    cluster.create_pv("pv-b", PATH_B).await;
+    create_migration(&cluster, PATH_B, registered("id-b")).await;
+    cluster.create_pod("web-0", PATH_C).await;
+    let required = ["--require-driver-cache", "off"];
+
+    let (code, report) = report_json(&cluster, &required).await;
+    assert_eq!(code, 1, "{report:#}");
+    let pod = row(&report, "pod/default/web-0/data");
+    assert_eq!(pod["reason"], "NoVolumeMigration", "{pod:#}");
+    assert_eq!(pod["volumePath"], PATH_C);
+    assert_eq!(report["inlinePodVolumes"], json!({"count": 1}));
+    assert_eq!(report["persistentVolumes"]["inTree"], 1, "PVs count apart");
+
+    create_migration(&cluster, PATH_C, registered("id-c")).await;
+    let out = volmig(
+        &cluster.kubeconfig,
+        &["report", "--require-driver-cache", "off"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("\nInline pod volumes: 1\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("READY: all 1 in-tree vSphere PVs and 1 inline pod volumes are Registered"),
+        "{}",
+        out.stdout
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pod/default/web-0/data "))
+        .expect("the pod's row in the table");
+    assert!(line.contains("id-c"), "{line}");
+}
+
 /// A small RFC 4180 reader (quoted fields may hold `,`, doubled `"` and line breaks).
 fn parse_csv(text: &str) -> Vec<Vec<String>> {
     let mut records = Vec::new();

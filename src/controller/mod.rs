@@ -2,7 +2,7 @@
 //!
 //! - [`pv_index`] and [`pv_watcher`] keep a name → path index of in-tree PVs on every
 //!   replica and, on the leader, create the VolumeMigration of each path;
-//!   [`pod_watcher`] adds the pods that name a vmdk inline ([`inline_volumes`]);
+//!   [`pod_watcher`] adds the pods that name a vmdk inline ([`crate::k8s::inline_volumes`]);
 //! - [`reconcile`] drives one VolumeMigration: read → [`decide`] (pure) → act → record;
 //! - [`full_sync`] repairs every difference between PVs, VolumeMigrations and CNS;
 //! - [`outcome`] reports what a registration did (metrics and Events), for both.
@@ -21,7 +21,6 @@ use crate::volume_migration::VolumeMigration;
 pub mod decide;
 mod error;
 pub mod full_sync;
-pub mod inline_volumes;
 pub mod migration_cache;
 pub mod outcome;
 pub mod pod_watcher;

@@ -6,8 +6,8 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::Context;
-use super::inline_volumes::is_pod_user;
 use crate::k8s::events::{EventType, reason as event_reason};
+use crate::k8s::inline_volumes::is_pod_user;
 use crate::metrics::RegistrationResult;
 use crate::registrar::{RegisterError, reason};
 use crate::volume_migration::VolumeMigration;

@@ -11,10 +11,10 @@ use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::inline_volumes::{inline_volumes, pod_created};
 use super::user_watch::{self, Users};
 use super::{Context, MigrationCache, WorkQueue};
 use crate::compact_text::NameSet;
+use crate::k8s::inline_volumes::{inline_volumes, pod_created};
 use crate::volume_path::VolumePath;
 
 /// The pod watcher of one replica.

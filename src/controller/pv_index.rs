@@ -1,7 +1,7 @@
 //! What volmig keeps of PersistentVolumes: only the name → canonical path mapping of
 //! in-tree vSphere PVs (not whole objects), so 100k PVs stay cheap. Pods that name a vmdk
 //! inline are users of their path too, under keys of their own
-//! ([`super::inline_volumes`], docs/design.md §8.9).
+//! ([`crate::k8s::inline_volumes`], docs/design.md §8.9).
 
 use std::collections::BTreeMap;
 use std::hash::RandomState;
@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::inline_volumes::is_pod_user;
 use crate::compact_text::{CompactSet, CompactText, NameSet, TextRef};
+use crate::k8s::inline_volumes::is_pod_user;
 use crate::path_intern::{self, NamesByPath};
 use crate::volume_path::{PathError, VolumePath};
 
@@ -138,7 +138,7 @@ impl PvIndex {
         self.record(name, pv_volume(pv), Some(spelling))
     }
 
-    /// Records inline pod volume `key` ([`super::inline_volumes::pod_user_key`]) spelling
+    /// Records inline pod volume `key` ([`crate::k8s::inline_volumes::pod_user_key`]) spelling
     /// its path `raw`, its pod created at `created` (seconds since the epoch). An invalid
     /// path is kept out of the PV Warning Events (the pod watcher logs it).
     pub fn upsert_pod_volume(&self, key: &str, raw: &str, created: i64) -> IndexChange {

@@ -131,7 +131,7 @@ async fn create_migration(ctx: Arc<Context>, path: VolumePath, pv: String) -> Vo
 pub async fn report_name_collision(ctx: &Context, pv: &str, error: &EnsureError) {
     warn!(pv, error = %error, "name collision: the PV's path cannot be tracked");
     ctx.metrics.name_collision();
-    if super::inline_volumes::is_pod_user(pv) {
+    if crate::k8s::inline_volumes::is_pod_user(pv) {
         // An inline pod volume: there is no PV to hang the Event on (the log says it).
         return;
     }

@@ -1,18 +1,22 @@
-//! The report's reads from the Kubernetes API: PVs, VolumeMigrations and (unless turned
-//! off) the vSphere CSI driver's `CnsVSphereVolumeMigration` objects, each as one paged
+//! The report's reads from the Kubernetes API: PVs, pods (their inline vSphere volumes),
+//! VolumeMigrations and (unless turned off) the vSphere CSI driver's
+//! `CnsVSphereVolumeMigration` objects, each as one paged
 //! list (500 per page, `continue` tokens), run concurrently, and one GET of the driver's
 //! syncer Lease. Read-only: no writes, no per-PV requests.
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::Resource;
 use kube::api::Api;
 use kube::core::ApiResource;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::model::{DriverCache, DriverCacheRequirement, DriverObject, InTreePv, Inputs};
+use super::model::{
+    DriverCache, DriverCacheRequirement, DriverObject, InTreePv, InlineVolumes, Inputs,
+};
 use super::registrar::{SyncerLease, SyncerLeaseRead};
+use crate::k8s::inline_volumes::PodVolumes;
 use crate::k8s::paged::{ItemMeta, PvPath, for_each_item_page};
 use crate::syncer_lease::SyncerLeaseConfig;
 use crate::volume_migration::VolumeMigration;
@@ -118,12 +122,15 @@ pub async fn read_inputs(
             }
         }
     };
-    let ((pvs, other_pvs), migrations, driver) = tokio::try_join!(pvs, migrations, driver)?;
+    let inline = read_inline_volumes(client.clone());
+    let ((pvs, other_pvs), migrations, driver, inline) =
+        tokio::try_join!(pvs, migrations, driver, inline)?;
     Ok(Inputs {
         pvs,
         other_pvs,
         migrations,
         driver,
+        inline,
     })
 }
 
@@ -212,6 +219,34 @@ async fn read_pvs(client: kube::Client) -> Result<(Vec<InTreePv>, usize), FetchE
     })
     .await?;
     Ok((in_tree, others))
+}
+
+/// The pods' inline vSphere volumes; a list refused for want of RBAC (401, 403) leaves
+/// them out of the report with the reason, any other failure fails the report.
+async fn read_inline_volumes(client: kube::Client) -> Result<InlineVolumes, FetchError> {
+    let mut volumes = Vec::new();
+    let url = Pod::url_path(&(), None);
+    let listed = for_each_page(&client, &url, "Pods", |items: Vec<PodVolumes>| {
+        for volume in items.into_iter().flat_map(PodVolumes::into_inline) {
+            volumes.push(InTreePv {
+                name: volume.key,
+                volume_path: volume.raw,
+            });
+        }
+    })
+    .await;
+    match listed {
+        Ok(()) => Ok(InlineVolumes::Read(volumes)),
+        Err(FetchError {
+            error: kube::Error::Api(status),
+            ..
+        }) if status.code == 401 || status.code == 403 => Ok(InlineVolumes::Unreadable(format!(
+            "listing Pods: {} (HTTP {}); the report needs list on Pods to count inline \
+             vSphere volumes",
+            status.message, status.code
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 async fn read_migrations(client: kube::Client) -> Result<Vec<VolumeMigration>, FetchError> {

@@ -1,6 +1,7 @@
 //! `volmig report`: the read-only readiness report for a migration (docs/design.md §3.2, §8.6).
 //!
-//! Every in-tree vSphere PV gets a row with its raw and canonical path, the phase and
+//! Every in-tree vSphere PV (and every inline vSphere volume of a pod, named
+//! `pod/<namespace>/<pod>/<volume>`) gets a row with its raw and canonical path, the phase and
 //! volume ID of its VolumeMigration, whether the vSphere CSI driver's cache object
 //! (`CnsVSphereVolumeMigration`) maps its raw path to that ID, and a reason when it is not
 //! ready. Ready means Registered, and published when the driver cache is required
@@ -10,7 +11,8 @@
 //! driver's syncer ("follow"), from one read of the syncer's Lease; that line never changes
 //! the verdict or the exit code.
 //!
-//! - [`fetch`]: three paged lists and one GET, concurrently; no per-PV request, no write.
+//! - [`fetch`]: four paged lists (PVs, pods, VolumeMigrations, driver objects) and one
+//!   GET, concurrently; no per-PV request, no write.
 //! - [`model`]: the join (hash maps, O(n)) and the verdict; pure.
 //! - [`registrar`]: who registers, from the Lease as read and the wall clock; pure.
 //! - [`render`]: table, JSON, CSV; pure.

@@ -82,13 +82,28 @@ pub struct Inputs {
     pub migrations: Vec<VolumeMigration>,
     /// The driver's cache objects.
     pub driver: DriverCache,
+    /// The pods' inline vSphere volumes.
+    pub inline: InlineVolumes,
 }
 
-/// One in-tree PV and its readiness.
+/// What was found of the pods' inline vSphere volumes (`spec.volumes[].vsphereVolume`,
+/// docs/design.md §8.9): each is a row like a PV, named `pod/<namespace>/<pod>/<volume>`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum InlineVolumes {
+    /// Every pod was read; these are the inline volumes (`name` is the pod user key).
+    Read(Vec<InTreePv>),
+    /// Pods could not be listed (no RBAC for it): inline volumes are not in the report.
+    Unreadable(String),
+    /// Not read (tests that leave pods out).
+    #[default]
+    NotChecked,
+}
+
+/// One in-tree PV (or inline pod volume) and its readiness.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Row {
-    /// PV name.
+    /// PV name, or `pod/<namespace>/<pod>/<volume>` for an inline pod volume.
     pub pv: String,
     /// The raw `spec.vsphereVolume.volumePath`.
     pub volume_path: String,
@@ -112,6 +127,17 @@ pub struct Row {
     pub message: String,
     /// Registered (and published, when required).
     pub ready: bool,
+}
+
+/// What the report knows about inline pod volumes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineSummary {
+    /// Inline vSphere volumes of pods (one row each).
+    pub count: usize,
+    /// Why pods could not be read (then `count` is 0 and they are not in the verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 /// Counts of PVs seen.
@@ -169,10 +195,12 @@ pub struct Advice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    /// Every in-tree PV is Registered (and published when required).
+    /// Every in-tree PV and inline pod volume is Registered (and published when required).
     pub ready: bool,
     /// PVs seen.
     pub persistent_volumes: PvCounts,
+    /// Inline pod volumes seen.
+    pub inline_pod_volumes: InlineSummary,
     /// VolumeMigrations seen.
     pub volume_migrations: usize,
     /// Driver cache.
@@ -186,7 +214,7 @@ pub struct Report {
     /// Who registers in-tree vmdks (`None`: the driver's syncer Lease was not read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registrar: Option<Registrar>,
-    /// One row per in-tree PV, sorted by PV name.
+    /// One row per in-tree PV and per inline pod volume, sorted by name.
     pub rows: Vec<Row>,
 }
 
@@ -283,7 +311,16 @@ pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
         migrations,
     };
 
-    let mut rows: Vec<Row> = inputs.pvs.iter().map(|pv| context.row(pv)).collect();
+    let inline: &[InTreePv] = match &inputs.inline {
+        InlineVolumes::Read(volumes) => volumes,
+        InlineVolumes::Unreadable(_) | InlineVolumes::NotChecked => &[],
+    };
+    let mut rows: Vec<Row> = inputs
+        .pvs
+        .iter()
+        .chain(inline)
+        .map(|pv| context.row(pv))
+        .collect();
     rows.sort_by(|a, b| a.pv.cmp(&b.pv));
 
     let mut totals = Totals::default();
@@ -309,6 +346,13 @@ pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
             total: inputs.pvs.len() + inputs.other_pvs,
             in_tree: inputs.pvs.len(),
             ignored: inputs.other_pvs,
+        },
+        inline_pod_volumes: InlineSummary {
+            count: inline.len(),
+            unreadable: match &inputs.inline {
+                InlineVolumes::Unreadable(why) => Some(why.clone()),
+                InlineVolumes::Read(_) | InlineVolumes::NotChecked => None,
+            },
         },
         volume_migrations: inputs.migrations.len(),
         driver_cache: DriverCacheSummary {

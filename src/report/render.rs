@@ -46,19 +46,26 @@ pub fn render(report: &Report, format: Format, filter: RowFilter) -> String {
     }
 }
 
-/// The one-line verdict, e.g. `ready: all 3 in-tree PVs are Registered and published`.
+/// The one-line verdict, e.g. `READY: all 3 in-tree vSphere PVs are Registered`; inline
+/// pod volumes are named when there are any.
 pub fn verdict(report: &Report) -> String {
-    let n = report.persistent_volumes.in_tree;
+    let pvs = report.persistent_volumes.in_tree;
+    let inline = report.inline_pod_volumes.count;
+    let counted = if inline == 0 {
+        format!("{pvs} in-tree vSphere PVs")
+    } else {
+        format!("{pvs} in-tree vSphere PVs and {inline} inline pod volumes")
+    };
     let what = if report.driver_cache.required {
         "Registered and published to the vSphere CSI driver"
     } else {
         "Registered"
     };
     if report.ready {
-        format!("READY: all {n} in-tree vSphere PVs are {what}")
+        format!("READY: all {counted} are {what}")
     } else {
         format!(
-            "NOT READY: {} of {n} in-tree vSphere PVs are not {what}",
+            "NOT READY: {} of {counted} are not {what}",
             report.not_ready
         )
     }
@@ -105,6 +112,16 @@ fn table(report: &Report, filter: RowFilter) -> String {
          VolumeMigrations: {}",
         pvs.in_tree, pvs.ignored, pvs.total, report.volume_migrations
     );
+    let inline = &report.inline_pod_volumes;
+    match &inline.unreadable {
+        None if inline.count == 0 => {}
+        None => {
+            let _ = writeln!(out, "Inline pod volumes: {}", inline.count);
+        }
+        Some(why) => {
+            let _ = writeln!(out, "Inline pod volumes: not checked ({why})");
+        }
+    }
     let cache = report.driver_cache;
     let served = match cache.served {
         None => "not checked (--require-driver-cache=off)".to_owned(),

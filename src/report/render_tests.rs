@@ -1,6 +1,6 @@
 use super::*;
 use crate::report::model::{
-    Advice, DriverCacheSummary, NO_PHASE, PvCounts, Report, Row, Totals, reason,
+    Advice, DriverCacheSummary, InlineSummary, NO_PHASE, PvCounts, Report, Row, Totals, reason,
 };
 use crate::report::registrar::{Mode, Registrar};
 use crate::volume_migration::Phase;
@@ -100,6 +100,10 @@ fn sample() -> Report {
             total: 5,
             in_tree: 3,
             ignored: 2,
+        },
+        inline_pod_volumes: InlineSummary {
+            count: 0,
+            unreadable: None,
         },
         volume_migrations: 2,
         driver_cache: DriverCacheSummary {
@@ -236,6 +240,40 @@ fn verdicts() {
     assert_eq!(
         verdict(&report),
         "READY: all 3 in-tree vSphere PVs are Registered"
+    );
+    report.inline_pod_volumes.count = 2;
+    assert_eq!(
+        verdict(&report),
+        "READY: all 3 in-tree vSphere PVs and 2 inline pod volumes are Registered"
+    );
+    report.ready = false;
+    report.not_ready = 1;
+    assert_eq!(
+        verdict(&report),
+        "NOT READY: 1 of 3 in-tree vSphere PVs and 2 inline pod volumes are not Registered"
+    );
+}
+
+#[test]
+fn table_says_how_many_inline_pod_volumes_there_are_or_why_not() {
+    let mut report = sample();
+    let out = render(&report, Format::Table, RowFilter::All);
+    assert!(!out.contains("Inline pod volumes"), "none, no line: {out}");
+    report.inline_pod_volumes.count = 2;
+    let out = render(&report, Format::Table, RowFilter::All);
+    assert!(out.contains("\nInline pod volumes: 2\n"), "{out}");
+    report.inline_pod_volumes.count = 0;
+    report.inline_pod_volumes.unreadable = Some("listing Pods: forbidden (HTTP 403)".into());
+    let out = render(&report, Format::Table, RowFilter::All);
+    assert!(
+        out.contains("\nInline pod volumes: not checked (listing Pods: forbidden (HTTP 403))\n"),
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render(&report, Format::Json, RowFilter::All)).unwrap();
+    assert_eq!(
+        json["inlinePodVolumes"],
+        serde_json::json!({"count": 0, "unreadable": "listing Pods: forbidden (HTTP 403)"})
     );
 }
 

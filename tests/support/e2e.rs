@@ -244,6 +244,24 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("create PV {name}: {e}"));
     }
 
+    /// Creates pod `name` in `default` with one inline vSphere volume `data` at `raw`.
+    pub async fn create_pod(&self, name: &str, raw: &str) {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "app", "image": "registry.example/app:1",
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "data",
+                             "vsphereVolume": {"volumePath": raw, "fsType": "ext4"}}]
+            }
+        }))
+        .expect("pod");
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+    }
+
     /// Creates a PV that is not a vSphere volume.
     pub async fn create_nfs_pv(&self, name: &str) {
         let pv: PersistentVolume = serde_json::from_value(serde_json::json!({

@@ -15,10 +15,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::inline_volumes::PodVolumes;
 use super::{Context, MigrationCache};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
+use crate::k8s::inline_volumes::PodVolumes;
 use crate::k8s::paged::{PvPath, for_each_item_page};
 use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
@@ -364,7 +364,7 @@ pub async fn list_pvs_by_path(
 }
 
 /// Adds the inline vSphere volumes of every pod to `users` (keys of
-/// [`super::inline_volumes::pod_user_key`]), page by page, keeping each list sorted.
+/// [`crate::k8s::inline_volumes::pod_user_key`]), page by page, keeping each list sorted.
 pub async fn add_inline_pod_users(
     api: &Api<Pod>,
     users: &mut HashMap<VolumePath, Vec<String>>,

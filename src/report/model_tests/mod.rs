@@ -69,6 +69,7 @@ fn inputs(pvs: Vec<InTreePv>, migrations: Vec<VolumeMigration>, driver: DriverCa
         other_pvs: 0,
         migrations,
         driver,
+        inline: InlineVolumes::NotChecked,
     }
 }
 

@@ -256,6 +256,7 @@ fn totals_counts_and_order_over_a_mixed_cluster() {
             vm("[ds] orphan.vmdk", registered("id-7")),
         ],
         driver: DriverCache::Served(vec![object("id-1", P1, "id-1")]),
+        inline: InlineVolumes::NotChecked,
     };
     let report = build(&i, DriverCacheRequirement::Auto);
     let names: Vec<&str> = report.rows.iter().map(|r| r.pv.as_str()).collect();
@@ -310,6 +311,7 @@ fn an_empty_cluster_is_ready() {
             other_pvs: 4,
             migrations: vec![],
             driver: DriverCache::NotServed,
+            inline: InlineVolumes::NotChecked,
         },
         DriverCacheRequirement::On,
     );
@@ -369,4 +371,57 @@ fn a_hundred_thousand_pvs_join_in_one_pass() {
     );
     assert_eq!(report.rows[0].pv, "pv-000000");
     assert_eq!(report.rows[N - 1].pv, format!("pv-{:06}", N - 1));
+}
+
+/// docs/design.md §8.9: a pod's inline volume is a row like a PV's, counts in the verdict,
+/// and is ready only when its path is Registered (and published when required).
+#[test]
+fn inline_pod_volumes_are_rows_that_count_in_the_verdict() {
+    let inline = |volumes| Inputs {
+        pvs: vec![pv("pv-a", P1)],
+        other_pvs: 0,
+        migrations: vec![vm(P1, registered("id-1")), vm(P2, registered("id-2"))],
+        driver: DriverCache::Served(vec![object("id-1", P1, "id-1")]),
+        inline: volumes,
+    };
+    let read = inline(InlineVolumes::Read(vec![
+        pv("pod/apps/web-0/data", P2),
+        pv("pod/apps/web-0/logs", "[ds] no-vmdk.txt"),
+    ]));
+    let report = build(&read, DriverCacheRequirement::Auto);
+    let rows: Vec<(&str, bool, Option<&str>)> = report
+        .rows
+        .iter()
+        .map(|r| (r.pv.as_str(), r.ready, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("pod/apps/web-0/data", false, Some(reason::NOT_PUBLISHED)),
+            (
+                "pod/apps/web-0/logs",
+                false,
+                Some(reason::INVALID_VOLUME_PATH)
+            ),
+            ("pv-a", true, None),
+        ]
+    );
+    assert_eq!(
+        (
+            report.inline_pod_volumes.count,
+            report.not_ready,
+            report.ready
+        ),
+        (2, 2, false)
+    );
+    assert_eq!(report.persistent_volumes.in_tree, 1, "PVs count apart");
+
+    let unreadable = inline(InlineVolumes::Unreadable("forbidden".into()));
+    let report = build(&unreadable, DriverCacheRequirement::Auto);
+    assert_eq!(report.rows.len(), 1);
+    assert!(report.ready, "unread pods are said, not guessed");
+    assert_eq!(
+        report.inline_pod_volumes.unreadable.as_deref(),
+        Some("forbidden")
+    );
 }

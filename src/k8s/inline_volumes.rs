@@ -1,7 +1,7 @@
 //! Pods that name a vmdk inline (`spec.volumes[].vsphereVolume`, no PV): the CSI driver's
 //! syncer registers them on a cache miss like PVs (`podAdded`, docs/design.md §8.8), so
 //! volmig counts them as users of their path (docs/design.md §8.9). Each inline volume is
-//! one user in the [`super::pv_index::PvIndex`], under a key no PV name can take.
+//! one user in the [`crate::controller::PvIndex`], under a key no PV name can take.
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
