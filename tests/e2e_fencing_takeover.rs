@@ -32,7 +32,7 @@ use fencing::{CreateInFlight, canonical, create_in_flight, one_volume_each, regi
 use kube::api::PostParams;
 use vcsim::{Vcsim, VcsimOptions};
 use volmig::VolumePath;
-use volmig::volume_migration::{Phase, VolumeMigration};
+use volmig::volume_migration::{Phase, VolumeMigration, VolumeMigrationStatus};
 
 /// The one VolumeMigration of the test (panics when there is none).
 async fn the_migration(cluster: &Cluster) -> VolumeMigration {
@@ -42,6 +42,19 @@ async fn the_migration(cluster: &Cluster) -> VolumeMigration {
         .into_iter()
         .next()
         .expect("a VolumeMigration")
+}
+
+/// The one VolumeMigration's status once `ready` holds for it (waits up to 60 s).
+async fn status_when(
+    cluster: &Cluster,
+    what: &str,
+    ready: impl Fn(&VolumeMigrationStatus) -> bool,
+) -> VolumeMigrationStatus {
+    wait_for(Duration::from_secs(60), what, || async {
+        let status = the_migration(cluster).await.status.unwrap_or_default();
+        ready(&status).then_some(status)
+    })
+    .await
 }
 
 /// docs/design.md §4.8, §4.10: the leader is SIGKILLed 5 s into a 90 s create task; the
@@ -81,14 +94,9 @@ async fn a_successor_whose_first_call_fails_keeps_the_marker() {
 
     // The successor's registration fails on its first call: the failure is recorded,
     // the marker stays.
-    let stalled = wait_for(
-        Duration::from_secs(60),
-        "the successor's failure recorded",
-        || async {
-            let status = the_migration(&cluster).await.status.unwrap_or_default();
-            status.last_error.is_some().then_some(status)
-        },
-    )
+    let stalled = status_when(&cluster, "the successor's failure recorded", |s| {
+        s.last_error.is_some()
+    })
     .await;
     assert_eq!(sim.injected("QueryVirtualDiskUuid").await, 4);
     assert_eq!(
@@ -136,14 +144,9 @@ async fn a_successor_follows_the_create_task_recorded_in_the_marker() {
         sent_at: created_at,
     } = create_in_flight(Duration::from_secs(20), &timeouts).await;
     let paths = [path];
-    let marker = wait_for(
-        Duration::from_secs(30),
-        "the task in the marker",
-        || async {
-            let status = the_migration(&cluster).await.status.unwrap_or_default();
-            status.registering_task.is_some().then_some(status)
-        },
-    )
+    let marker = status_when(&cluster, "the task in the marker", |s| {
+        s.registering_task.is_some()
+    })
     .await;
     first.kill().await;
     let task = marker.registering_task.clone().expect("a recorded task");
