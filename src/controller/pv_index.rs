@@ -26,13 +26,16 @@ pub enum PvVolume {
     Invalid(PathError),
 }
 
-/// The in-tree vSphere volume of `pv`, or `None` for any other kind of PV.
-pub fn pv_volume(pv: &PersistentVolume) -> Option<PvVolume> {
+/// The in-tree vSphere volume of `pv` and how it spells it, or `None` for any other kind
+/// of PV.
+pub fn pv_volume(pv: &PersistentVolume) -> Option<(PvVolume, Spelling)> {
     let raw = &pv.spec.as_ref()?.vsphere_volume.as_ref()?.volume_path;
-    Some(match VolumePath::parse(raw) {
-        Ok(path) => PvVolume::Valid(path),
-        Err(e) => PvVolume::Invalid(e),
-    })
+    let created = pv
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second());
+    Some(volume_and_spelling(raw, created))
 }
 
 /// How a PV spells its path and when it was created: what the driver's cache is keyed by
@@ -45,18 +48,17 @@ pub struct Spelling {
     pub created: i64,
 }
 
-/// The spelling of an in-tree vSphere PV with a valid path.
-pub fn pv_spelling(pv: &PersistentVolume) -> Option<Spelling> {
-    let raw = &pv.spec.as_ref()?.vsphere_volume.as_ref()?.volume_path;
-    let canonical = VolumePath::parse(raw).ok()?.canonical();
-    Some(Spelling {
-        raw: (canonical != *raw).then(|| raw.as_str().into()),
-        created: pv
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_second()),
-    })
+/// What a user (a PV, or an inline pod volume) spelling its path `raw` and created at
+/// `created` records: the path, and the raw spelling only when it is valid and not
+/// canonical.
+fn volume_and_spelling(raw: &str, created: i64) -> (PvVolume, Spelling) {
+    match VolumePath::parse(raw) {
+        Ok(path) => {
+            let raw = (path.canonical() != raw).then(|| raw.into());
+            (PvVolume::Valid(path), Spelling { raw, created })
+        }
+        Err(e) => (PvVolume::Invalid(e), Spelling { raw: None, created }),
+    }
 }
 
 /// What changed when a PV was recorded or removed: paths whose PV lists changed.
@@ -134,25 +136,15 @@ impl PvIndex {
         let Some(name) = pv.metadata.name.as_deref() else {
             return IndexChange::default();
         };
-        let spelling = pv_spelling(pv).unwrap_or_default();
-        self.record(name, pv_volume(pv), Some(spelling))
+        let (volume, spelling) = pv_volume(pv).unzip();
+        self.record(name, volume, spelling)
     }
 
     /// Records inline pod volume `key` ([`crate::k8s::inline_volumes::pod_user_key`]) spelling
     /// its path `raw`, its pod created at `created` (seconds since the epoch). An invalid
     /// path is kept out of the PV Warning Events (the pod watcher logs it).
     pub fn upsert_pod_volume(&self, key: &str, raw: &str, created: i64) -> IndexChange {
-        let volume = match VolumePath::parse(raw) {
-            Ok(path) => PvVolume::Valid(path),
-            Err(e) => PvVolume::Invalid(e),
-        };
-        let spelling = Spelling {
-            raw: match &volume {
-                PvVolume::Valid(path) if path.canonical() == raw => None,
-                _ => Some(raw.into()),
-            },
-            created,
-        };
+        let (volume, spelling) = volume_and_spelling(raw, created);
         self.record(key, Some(volume), Some(spelling))
     }
 
@@ -214,16 +206,15 @@ impl PvIndex {
                 return IndexChange::default();
             }
         }
-        let existed = s.by_pv.contains_key(&key);
-        let (old, keep) = match s.by_pv.remove(&key) {
+        let (old, keep, existed) = match s.by_pv.remove(&key) {
             Some(old) => {
                 let keep = Spelling {
                     raw: old.raw.clone(),
                     created: old.created,
                 };
-                (forget(&mut s, name, old.volume), keep)
+                (forget(&mut s, name, old.volume), keep, true)
             }
-            None => (IndexChange::default(), Spelling::default()),
+            None => (IndexChange::default(), Spelling::default(), false),
         };
         let key = key.to_owned();
         let Spelling { raw, created } = spelling.unwrap_or(keep);

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
-use crate::k8s::paged::VsphereVolume;
+use crate::k8s::paged::{VsphereVolume, for_each_item_page};
 
 /// The start of every inline-volume user key: `pod/<namespace>/<pod>/<volume>`. PV names
 /// are DNS subdomains and never contain `/`, so these keys never meet a PV name.
@@ -36,16 +36,25 @@ pub fn inline_volumes(pod: &Pod) -> Vec<InlineVolume> {
     let (Some(name), Some(spec)) = (pod.metadata.name.as_deref(), pod.spec.as_ref()) else {
         return Vec::new();
     };
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    spec.volumes
-        .iter()
-        .flatten()
-        .filter_map(|v| {
-            let source = v.vsphere_volume.as_ref()?;
-            Some(InlineVolume {
-                key: pod_user_key(namespace, name, &v.name),
-                raw: source.volume_path.clone(),
-            })
+    let sources = spec.volumes.iter().flatten().filter_map(|v| {
+        let source = v.vsphere_volume.as_ref()?;
+        Some((v.name.as_str(), source.volume_path.as_str()))
+    });
+    collect(pod.metadata.namespace.as_deref(), name, sources)
+}
+
+/// The inline volumes of pod `name` in `namespace` (`default` when unset) from its
+/// (volume name, raw `volumePath`) pairs.
+fn collect<'a>(
+    namespace: Option<&str>,
+    name: &str,
+    sources: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Vec<InlineVolume> {
+    let namespace = namespace.unwrap_or("default");
+    sources
+        .map(|(volume, raw)| InlineVolume {
+            key: pod_user_key(namespace, name, volume),
+            raw: raw.to_owned(),
         })
         .collect()
 }
@@ -104,21 +113,31 @@ pub struct ListedVolume {
 impl PodVolumes {
     /// The inline vSphere volumes of the listed pod.
     pub fn into_inline(self) -> Vec<InlineVolume> {
-        let (Some(name), Some(spec)) = (self.metadata.name, self.spec) else {
+        let (Some(name), Some(spec)) = (self.metadata.name.as_deref(), &self.spec) else {
             return Vec::new();
         };
-        let namespace = self.metadata.namespace.unwrap_or_else(|| "default".into());
-        spec.volumes
-            .into_iter()
-            .filter_map(|v| {
-                let source = v.vsphere_volume?;
-                Some(InlineVolume {
-                    key: pod_user_key(&namespace, &name, &v.name),
-                    raw: source.volume_path,
-                })
-            })
-            .collect()
+        let sources = spec.volumes.iter().filter_map(|v| {
+            let source = v.vsphere_volume.as_ref()?;
+            Some((v.name.as_str(), source.volume_path.as_str()))
+        });
+        collect(self.metadata.namespace.as_deref(), name, sources)
     }
+}
+
+/// Lists every pod page by page (`page_size` pods, only their names and volumes decoded)
+/// and hands each inline vSphere volume to `each`.
+pub async fn for_each_inline_volume(
+    client: &kube::Client,
+    page_size: u32,
+    mut each: impl FnMut(InlineVolume),
+) -> kube::Result<()> {
+    let url = <Pod as kube::Resource>::url_path(&(), None);
+    for_each_item_page(client, &url, page_size, |pods: Vec<PodVolumes>| {
+        pods.into_iter()
+            .flat_map(PodVolumes::into_inline)
+            .for_each(&mut each);
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! syncer Lease. Read-only: no writes, no per-PV requests.
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Resource;
 use kube::api::Api;
 use kube::core::ApiResource;
@@ -16,7 +16,7 @@ use super::model::{
     DriverCache, DriverCacheRequirement, DriverObject, InTreePv, InlineVolumes, Inputs,
 };
 use super::registrar::{SyncerLease, SyncerLeaseRead};
-use crate::k8s::inline_volumes::PodVolumes;
+use crate::k8s::inline_volumes::for_each_inline_volume;
 use crate::k8s::paged::{ItemMeta, PvPath, for_each_item_page};
 use crate::syncer_lease::SyncerLeaseConfig;
 use crate::volume_migration::VolumeMigration;
@@ -225,27 +225,26 @@ async fn read_pvs(client: kube::Client) -> Result<(Vec<InTreePv>, usize), FetchE
 /// them out of the report with the reason, any other failure fails the report.
 async fn read_inline_volumes(client: kube::Client) -> Result<InlineVolumes, FetchError> {
     let mut volumes = Vec::new();
-    let url = Pod::url_path(&(), None);
-    let listed = for_each_page(&client, &url, "Pods", |items: Vec<PodVolumes>| {
-        for volume in items.into_iter().flat_map(PodVolumes::into_inline) {
-            volumes.push(InTreePv {
-                name: volume.key,
-                volume_path: volume.raw,
-            });
-        }
+    let listed = for_each_inline_volume(&client, PAGE_SIZE, |volume| {
+        volumes.push(InTreePv {
+            name: volume.key,
+            volume_path: volume.raw,
+        });
     })
     .await;
     match listed {
         Ok(()) => Ok(InlineVolumes::Read(volumes)),
-        Err(FetchError {
-            error: kube::Error::Api(status),
-            ..
-        }) if status.code == 401 || status.code == 403 => Ok(InlineVolumes::Unreadable(format!(
-            "listing Pods: {} (HTTP {}); the report needs list on Pods to count inline \
-             vSphere volumes",
-            status.message, status.code
-        ))),
-        Err(e) => Err(e),
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+            Ok(InlineVolumes::Unreadable(format!(
+                "listing Pods: {} (HTTP {}); the report needs list on Pods to count inline \
+                 vSphere volumes",
+                status.message, status.code
+            )))
+        }
+        Err(error) => Err(FetchError {
+            what: "Pods",
+            error,
+        }),
     }
 }
 

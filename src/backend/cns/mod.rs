@@ -218,12 +218,20 @@ impl CnsBackend {
         err
     }
 
-    async fn query_all(&self, operation: &'static str, names: &[&str]) -> Result<Vec<CnsVolume>> {
+    /// Every volume `CnsQueryVolume` finds with `names` and `datastores` (each left out of
+    /// the filter when empty), through every page of the cursor.
+    async fn query_all(
+        &self,
+        operation: &'static str,
+        names: &[&str],
+        datastores: &[soap::MoRef],
+    ) -> Result<Vec<CnsVolume>> {
         let mut all = Vec::new();
         let mut offset = 0;
         loop {
             let (page, next) =
-                volumes::query_page(&self.inner.client, operation, names, offset).await?;
+                volumes::filtered_page(&self.inner.client, operation, names, datastores, offset)
+                    .await?;
             all.extend(page);
             match next {
                 Some(next) => offset = next,

@@ -253,7 +253,7 @@ impl VolumeBackend for CnsBackend {
 
     async fn find_volumes(&self, name: &str, path: &VolumePath) -> Result<Vec<CnsVolume>> {
         let mut found = self
-            .query_all(op::FIND, &[name])
+            .query_all(op::FIND, &[name], &[])
             .await
             .map_err(|e| fault::about(e, &format!("volumes named {name}")))?;
         // docs/design.md §4.3: by backing disk on vCenters older than 7.0 Update 1.

@@ -8,8 +8,6 @@ use crate::backend::cns::soap::MoRef;
 use crate::backend::{BackendError, CnsVolume, op};
 use crate::volume_path::VolumePath;
 
-use super::filtered_page;
-
 impl CnsBackend {
     /// Every CNS volume whose backing disk is `path`, whatever its name (docs/design.md
     /// §4.3), from a snapshot of the path's datastore no older than
@@ -35,11 +33,10 @@ impl CnsBackend {
 
     /// Every CNS volume of `path`'s datastore (each datastore of that name), page by page.
     async fn datastore_volumes(&self, path: &VolumePath) -> Result<Vec<CnsVolume>, BackendError> {
-        let client = &self.inner.client;
         let locations = match self
             .inner
             .inventory
-            .resolve_all(client, path.datastore(), op::FIND)
+            .resolve_all(&self.inner.client, path.datastore(), op::FIND)
             .await
         {
             Ok(locations) => locations,
@@ -52,18 +49,9 @@ impl CnsBackend {
                 datastores.push(location.datastore);
             }
         }
-        let mut all: Vec<CnsVolume> = Vec::new();
-        let mut offset = 0;
-        loop {
-            let (page, next) = filtered_page(client, op::FIND, &[], &datastores, offset)
-                .await
-                .map_err(|e| self.note(e))?;
-            all.extend(page.into_iter().filter(|v| v.backing_path.is_some()));
-            match next {
-                Some(next) => offset = next,
-                None => return Ok(all),
-            }
-        }
+        self.query_all(op::FIND, &[], &datastores)
+            .await
+            .map_err(|e| self.note(e))
     }
 
     /// The volumes `find_volumes` adds to those its query by volmig's name found
@@ -72,8 +60,8 @@ impl CnsBackend {
     /// disk again instead of answering `CnsAlreadyRegisteredFault`, and only when the query
     /// by name found nothing, the volumes backed by `path` under any name
     /// ([`Self::volumes_backed_by`]); otherwise none, without a call. So the datastore-wide
-    /// listing runs about once per create attempt of a path not registered under volmig's
-    /// name, and on old vCenters only (docs/design.md §4.3).
+    /// listing runs on old vCenters only, and at most once per snapshot period and
+    /// datastore (docs/design.md §4.3).
     pub async fn volumes_missed_by_name(
         &self,
         path: &VolumePath,

@@ -18,7 +18,7 @@ use tracing::{Instrument, info, info_span, warn};
 use super::{Context, MigrationCache};
 use crate::backend::selection::date_possible_duplicates;
 use crate::backend::{BackendError, list_all_volumes};
-use crate::k8s::inline_volumes::PodVolumes;
+use crate::k8s::inline_volumes::for_each_inline_volume;
 use crate::k8s::paged::{PvPath, for_each_item_page};
 use crate::volume_migration::{Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
@@ -370,18 +370,11 @@ pub async fn add_inline_pod_users(
     users: &mut HashMap<VolumePath, Vec<String>>,
 ) -> Result<(), Error> {
     let client = api.clone().into_client();
-    for_each_item_page(
-        &client,
-        api.resource_url(),
-        PAGE_SIZE,
-        |items: Vec<PodVolumes>| {
-            for volume in items.into_iter().flat_map(PodVolumes::into_inline) {
-                if let Ok(path) = VolumePath::parse(&volume.raw) {
-                    users.entry(path).or_default().push(volume.key);
-                }
-            }
-        },
-    )
+    for_each_inline_volume(&client, PAGE_SIZE, |volume| {
+        if let Ok(path) = VolumePath::parse(&volume.raw) {
+            users.entry(path).or_default().push(volume.key);
+        }
+    })
     .await
     .map_err(Error::ListPods)?;
     for names in users.values_mut() {
