@@ -20,9 +20,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams};
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
+
+use super::watch::{Change, Watch};
 
 /// What an informer event did to the cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,42 +166,26 @@ pub async fn run_informer(api: Api<CnsVSphereVolumeMigration>, cache: &Mutex<Cac
                 continue;
             }
         };
-        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
         let listed = list
             .items
             .into_iter()
             .map(|o| (o.metadata.name.unwrap_or_default(), o.spec))
             .collect();
         lock(cache).replace(listed);
-        // Watch until an error asks for a relist; a watch that times out is resumed.
-        'watch: loop {
-            let params = WatchParams::default().timeout(30);
-            let Ok(stream) = api.watch(&params, &version).await else {
-                break 'watch;
+        let mut watch = Watch::from(&api, version);
+        while let Some(change) = watch.next().await {
+            let (object, kind) = match change {
+                Change::Added(o) => (o, 'A'),
+                Change::Modified(o) => (o, 'M'),
+                Change::Deleted(o) => (o, 'D'),
             };
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                let (object, kind) = match event {
-                    Ok(WatchEvent::Added(o)) => (o, 'A'),
-                    Ok(WatchEvent::Modified(o)) => (o, 'M'),
-                    Ok(WatchEvent::Deleted(o)) => (o, 'D'),
-                    Ok(WatchEvent::Bookmark(b)) => {
-                        version = b.metadata.resource_version;
-                        continue;
-                    }
-                    // 410 Gone or anything else: relist.
-                    Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,
-                };
-                if let Some(v) = &object.metadata.resource_version {
-                    version.clone_from(v);
-                }
-                let name = object.metadata.name.unwrap_or_default();
-                let mut cache = lock(cache);
-                match kind {
-                    'A' => cache.added(&name, object.spec, false),
-                    'M' => cache.modified(&name, object.spec, false),
-                    _ => cache.deleted(&name, object.spec, false),
-                }
+            let name = object.metadata.name.unwrap_or_default();
+            let mut cache = lock(cache);
+            match kind {
+                'A' => cache.added(&name, object.spec, false),
+                'M' => cache.modified(&name, object.spec, false),
+                _ => cache.deleted(&name, object.spec, false),
             }
         }
     }

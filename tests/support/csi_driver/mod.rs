@@ -20,6 +20,7 @@
 pub mod cache;
 pub mod lease;
 pub mod syncer;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

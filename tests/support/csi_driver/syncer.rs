@@ -33,13 +33,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use volmig::k8s::driver_cache::{CnsVSphereVolumeMigration, CnsVSphereVolumeMigrationSpec};
 
 use super::Inner;
 use super::cache::lock;
+use super::watch::{Change, Watch};
 
 /// `regexp \[([^\[\]]*)\]` (migration.go:459-468): the datastore name (last `/` segment
 /// inside the first bracket pair) and the vmdk path after it (trimmed).
@@ -271,7 +271,7 @@ pub async fn run_pv_informer(inner: Arc<Inner>) {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         };
-        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
         let listed: std::collections::BTreeMap<String, PersistentVolume> = list
             .items
             .into_iter()
@@ -293,34 +293,23 @@ pub async fn run_pv_informer(inner: Arc<Inner>) {
         }
         first = false;
         known = listed;
-        'watch: loop {
-            let params = WatchParams::default().timeout(30);
-            let Ok(stream) = api.watch(&params, &version).await else {
-                break 'watch;
-            };
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::Added(pv)) => {
-                        version = pv.metadata.resource_version.clone().unwrap_or(version);
+        let mut watch = Watch::from(&api, version);
+        while let Some(change) = watch.next().await {
+            match change {
+                Change::Added(pv) => {
+                    known.insert(pv.metadata.name.clone().unwrap_or_default(), pv.clone());
+                    if inner.opts.register_on_pv_add {
+                        pv_updated(&inner, None, &pv).await;
+                    }
+                }
+                Change::Modified(pv) => {
+                    let old =
                         known.insert(pv.metadata.name.clone().unwrap_or_default(), pv.clone());
-                        if inner.opts.register_on_pv_add {
-                            pv_updated(&inner, None, &pv).await;
-                        }
-                    }
-                    Ok(WatchEvent::Modified(pv)) => {
-                        version = pv.metadata.resource_version.clone().unwrap_or(version);
-                        let old =
-                            known.insert(pv.metadata.name.clone().unwrap_or_default(), pv.clone());
-                        pv_updated(&inner, old.as_ref(), &pv).await;
-                    }
-                    Ok(WatchEvent::Deleted(pv)) => {
-                        version = pv.metadata.resource_version.clone().unwrap_or(version);
-                        known.remove(&pv.metadata.name.clone().unwrap_or_default());
-                        pv_deleted(&inner, &pv).await;
-                    }
-                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
-                    Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,
+                    pv_updated(&inner, old.as_ref(), &pv).await;
+                }
+                Change::Deleted(pv) => {
+                    known.remove(&pv.metadata.name.clone().unwrap_or_default());
+                    pv_deleted(&inner, &pv).await;
                 }
             }
         }
@@ -364,7 +353,7 @@ pub async fn run_pod_informer(inner: Arc<Inner>) {
                 continue;
             }
         };
-        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
         let listed: BTreeSet<String> = list.items.iter().map(key).collect();
         for pod in &list.items {
             if !known.contains(&key(pod)) {
@@ -372,29 +361,17 @@ pub async fn run_pod_informer(inner: Arc<Inner>) {
             }
         }
         known = listed;
-        'watch: loop {
-            let params = WatchParams::default().timeout(30);
-            let Ok(stream) = api.watch(&params, &version).await else {
-                break 'watch;
-            };
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::Added(pod)) => {
-                        version = pod.metadata.resource_version.clone().unwrap_or(version);
-                        if known.insert(key(&pod)) {
-                            pod_added(&inner, &pod).await;
-                        }
+        let mut watch = Watch::from(&api, version);
+        while let Some(change) = watch.next().await {
+            match change {
+                Change::Added(pod) => {
+                    if known.insert(key(&pod)) {
+                        pod_added(&inner, &pod).await;
                     }
-                    Ok(WatchEvent::Modified(pod)) => {
-                        version = pod.metadata.resource_version.clone().unwrap_or(version);
-                    }
-                    Ok(WatchEvent::Deleted(pod)) => {
-                        version = pod.metadata.resource_version.clone().unwrap_or(version);
-                        known.remove(&key(&pod));
-                    }
-                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
-                    Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,
+                }
+                Change::Modified(_) => {}
+                Change::Deleted(pod) => {
+                    known.remove(&key(&pod));
                 }
             }
         }
