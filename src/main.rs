@@ -132,7 +132,7 @@ fn main() -> ExitCode {
 }
 
 /// `volmig check`: every preflight line, then exit 0 (no ✗), 1 (a ✗) or 2 (bad arguments).
-fn check(args: &volmig::cli::RunArgs) -> ExitCode {
+fn check(args: &volmig::cli::CheckArgs) -> ExitCode {
     let report = match runtime() {
         Ok(rt) => rt.block_on(volmig::check::run(args)),
         Err(e) => {
@@ -140,7 +140,7 @@ fn check(args: &volmig::cli::RunArgs) -> ExitCode {
             return ExitCode::from(volmig::check::EXIT_ERROR);
         }
     };
-    match volmig::check::render(&report, args.output) {
+    match volmig::check::render(&report, args.run.output) {
         Ok((text, code)) => {
             print!("{text}");
             ExitCode::from(code)

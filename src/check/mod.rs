@@ -3,23 +3,25 @@
 //! (docs/design.md §3.1) and checks, one line each: vCenter TLS, login, version and create
 //! path (docs/design.md §8.5), CNS, the datastores of the in-tree PVs, the cluster ID
 //! against the vSphere CSI driver's, the driver's CRD and syncer Lease (docs/design.md
-//! §8.7), and the RBAC the daemon needs. Nothing is written anywhere.
+//! §8.7), and the RBAC the daemon's ServiceAccount needs. Nothing is written anywhere.
 //!
 //! - [`model`]: the lines and their table / JSON rendering; pure.
-//! - [`vcenter`], [`cluster`], [`rbac`]: each check's decision from what was read; pure.
+//! - [`vcenter`], [`cluster`], [`subject`], [`rbac`]: each check's decision from what was
+//!   read; pure.
 //! - [`probe`]: the calls.
 
 pub mod cluster;
 pub mod model;
 pub mod probe;
 pub mod rbac;
+pub mod subject;
 pub mod vcenter;
 
 /// The daemon's cluster-ID decision and ConfigMap read (docs/design.md §8.5): the check
 /// decides exactly as `volmig run` does.
 use crate::daemon::cluster_id;
 
-use crate::cli::RunArgs;
+use crate::cli::{CheckArgs, RunArgs};
 use crate::report::Format;
 use crate::report::registrar::{decide as decide_registrar, with_deployment};
 
@@ -32,15 +34,29 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit code: wrong arguments (e.g. `-o csv`).
 pub const EXIT_ERROR: u8 = 2;
 
-/// Runs every check with `args` (the flags of `volmig run`).
-pub async fn run(args: &RunArgs) -> CheckReport {
+/// Name of the line that says the Kubernetes API cannot be reached.
+pub const KUBERNETES: &str = "Kubernetes API";
+
+/// Runs every check with `check_args` (the flags of `volmig run` and whose RBAC to check).
+pub async fn run(check_args: &CheckArgs) -> CheckReport {
+    let args = &check_args.run;
     let mut checks = Vec::new();
-    let client = crate::daemon::kube_client(&args.kube).await;
+    // One request first: when the API server cannot be reached, one line says so and no
+    // Kubernetes check runs (each would fail for the same reason).
+    let client = match crate::daemon::kube_client(&args.kube).await {
+        Ok(client) => match probe::reachable(&client).await {
+            Ok(()) => Ok(client),
+            Err(e) => Err(format!("cannot reach the API server: {e}")),
+        },
+        Err(e) => Err(format!("no client: {e:#}")),
+    };
     let pvs = match &client {
-        Ok(client) => probe::pv_datastores(client)
-            .await
-            .map_err(|e| crate::error_chain(&e)),
-        Err(e) => Err(format!("{e:#}")),
+        Ok(client) => Some(
+            probe::pv_datastores(client)
+                .await
+                .map_err(|e| crate::error_chain(&e)),
+        ),
+        Err(_) => None,
     };
     // `--csi-config-secret` is read through the API, once, as the daemon reads it.
     let flags = match &client {
@@ -72,9 +88,10 @@ pub async fn run(args: &RunArgs) -> CheckReport {
         Ok(client) => client,
         Err(e) => {
             checks.push(Check::fail(
-                "Kubernetes",
-                format!("no client: {e:#}"),
-                "set --kubeconfig (VOLMIG_KUBECONFIG) or run in the pod",
+                KUBERNETES,
+                e,
+                "set --kubeconfig (VOLMIG_KUBECONFIG) or run in the pod; the cluster ID, \
+                 driver and RBAC lines need the API server",
             ));
             return CheckReport::new(checks);
         }
@@ -109,9 +126,13 @@ pub async fn run(args: &RunArgs) -> CheckReport {
         driver_deployment: args.driver.driver_deployment.clone(),
         hold_driver_syncer: args.hold_driver_syncer,
         inline_pod_volumes: args.inline_pod_volumes,
+        events_namespace: args.events_namespace.clone(),
     };
-    let reviews = probe::review(&client, rbac::required(&scope)).await;
-    checks.extend(rbac::rbac_checks(&reviews));
+    let caller = probe::caller(&client).await;
+    let subject = subject::decide(check_args.service_account.as_ref(), caller.as_deref());
+    checks.extend(subject::caller_warning(&subject));
+    let reviews = probe::review(&client, &subject, rbac::required(&scope)).await;
+    checks.extend(rbac::rbac_checks(&subject, &reviews));
     CheckReport::new(checks)
 }
 
@@ -119,7 +140,7 @@ pub async fn run(args: &RunArgs) -> CheckReport {
 async fn vcenter_checks(
     args: &RunArgs,
     settings: &crate::vcenter_config::VcenterSettings,
-    pvs: &Result<probe::PvDatastores, String>,
+    pvs: &Option<Result<probe::PvDatastores, String>>,
 ) -> Vec<Check> {
     let url = settings.url.as_str();
     let trust = probe::trust(settings);
@@ -169,12 +190,13 @@ async fn vcenter_checks(
         probe::query_cns(&backend).await.as_ref().map(|n| *n),
     ));
     checks.push(match pvs {
-        Ok(found) => vcenter::datastores_check(
+        None => vcenter::not_checked(vcenter::DATASTORES, "the Kubernetes API"),
+        Some(Ok(found)) => vcenter::datastores_check(
             &probe::resolve_datastores(&backend, found).await,
             found.pvs,
             found.invalid,
         ),
-        Err(e) => Check::fail(
+        Some(Err(e)) => Check::fail(
             vcenter::DATASTORES,
             format!("cannot list PVs: {e}"),
             "grant list on persistentvolumes (the chart's ClusterRole)",

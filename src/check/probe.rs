@@ -1,11 +1,13 @@
 //! The network layer of `volmig check`: every call it makes, all of them reads (a
-//! SelfSubjectAccessReview writes nothing), each result handed to the pure checks of
-//! [`super::vcenter`], [`super::cluster`] and [`super::rbac`].
+//! SelfSubjectReview or an access review writes nothing), each result handed to the pure
+//! checks of [`super::vcenter`], [`super::cluster`], [`super::subject`] and [`super::rbac`].
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, PostParams};
@@ -17,6 +19,7 @@ use crate::vcenter_config::VcenterSettings;
 use crate::volume_path::VolumePath;
 
 use super::rbac::Permission;
+use super::subject::Subject;
 use super::vcenter::Trust;
 
 /// A CNS volume ID no volume has: the CNS check's query finds nothing and changes nothing.
@@ -116,39 +119,91 @@ pub async fn driver_crd_served(client: &kube::Client) -> Result<bool, String> {
         .map_err(|e| crate::error_chain(&e))
 }
 
-/// Asks the API server whether this identity has each permission (one
-/// SelfSubjectAccessReview each, concurrently).
+/// One request the API server answers whenever it is reachable (`/version`): `Err` says
+/// why it could not be reached.
+pub async fn reachable(client: &kube::Client) -> Result<(), String> {
+    client
+        .apiserver_version()
+        .await
+        .map(|_| ())
+        .map_err(|e| crate::error_chain(&e))
+}
+
+/// The caller's user name, from a SelfSubjectReview (authentication.k8s.io/v1, every
+/// authenticated user may create one); `None` when the API server does not say.
+pub async fn caller(client: &kube::Client) -> Option<String> {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    api.create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .ok()
+        .and_then(|review| review.status?.user_info?.username)
+}
+
+/// Asks the API server whether `subject` has each permission (concurrently): one
+/// SelfSubjectAccessReview each when the subject is the caller, else one
+/// SubjectAccessReview each for the ServiceAccount's user and groups.
 pub async fn review(
     client: &kube::Client,
+    subject: &Subject,
     permissions: Vec<Permission>,
 ) -> Vec<(Permission, Result<bool, String>)> {
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let by_name = match subject {
+        Subject::ServiceAccount {
+            account,
+            as_caller: false,
+        } => Some((account.username(), account.groups())),
+        _ => None,
+    };
     let reviews = permissions.into_iter().map(|permission| {
-        let api = api.clone();
+        let by_name = by_name.clone();
         async move {
-            let review = SelfSubjectAccessReview {
-                spec: SelfSubjectAccessReviewSpec {
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(permission.group.to_owned()),
-                        resource: Some(permission.resource.to_owned()),
-                        subresource: (!permission.subresource.is_empty())
-                            .then(|| permission.subresource.to_owned()),
-                        verb: Some(permission.verb.to_owned()),
-                        namespace: permission.namespace.clone(),
-                        name: permission.name.clone(),
-                        ..ResourceAttributes::default()
-                    }),
-                    ..SelfSubjectAccessReviewSpec::default()
-                },
-                ..SelfSubjectAccessReview::default()
+            let attributes = attributes(&permission);
+            let result = match by_name {
+                Some((user, groups)) => {
+                    let review = SubjectAccessReview {
+                        spec: SubjectAccessReviewSpec {
+                            resource_attributes: Some(attributes),
+                            user: Some(user),
+                            groups: Some(groups),
+                            ..SubjectAccessReviewSpec::default()
+                        },
+                        ..SubjectAccessReview::default()
+                    };
+                    Api::<SubjectAccessReview>::all(client.clone())
+                        .create(&PostParams::default(), &review)
+                        .await
+                        .map(|answer| answer.status.is_some_and(|s| s.allowed))
+                }
+                None => {
+                    let review = SelfSubjectAccessReview {
+                        spec: SelfSubjectAccessReviewSpec {
+                            resource_attributes: Some(attributes),
+                            ..SelfSubjectAccessReviewSpec::default()
+                        },
+                        ..SelfSubjectAccessReview::default()
+                    };
+                    Api::<SelfSubjectAccessReview>::all(client.clone())
+                        .create(&PostParams::default(), &review)
+                        .await
+                        .map(|answer| answer.status.is_some_and(|s| s.allowed))
+                }
             };
-            let result = api
-                .create(&PostParams::default(), &review)
-                .await
-                .map(|answer| answer.status.is_some_and(|s| s.allowed))
-                .map_err(|e| crate::error_chain(&e));
-            (permission, result)
+            (permission, result.map_err(|e| crate::error_chain(&e)))
         }
     });
     futures::future::join_all(reviews).await
+}
+
+/// The resource attributes of one permission.
+fn attributes(permission: &Permission) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(permission.group.to_owned()),
+        resource: Some(permission.resource.to_owned()),
+        subresource: (!permission.subresource.is_empty())
+            .then(|| permission.subresource.to_owned()),
+        verb: Some(permission.verb.to_owned()),
+        namespace: permission.namespace.clone(),
+        name: permission.name.clone(),
+        ..ResourceAttributes::default()
+    }
 }

@@ -1,9 +1,11 @@
 //! The RBAC check of `volmig check` (docs/operations.md, "Preflight: `volmig check`"):
 //! every permission the daemon uses, as the chart grants them (charts/volmig/templates/
-//! clusterrole.yaml and role-*.yaml), asked of the API server with one
-//! SelfSubjectAccessReview each. Pure: [`super::probe`] asks, [`rbac_checks`] decides.
+//! clusterrole.yaml and role-*.yaml), asked of the API server for the daemon's
+//! ServiceAccount ([`super::subject`]) with one access review each. Pure: [`super::probe`]
+//! asks, [`rbac_checks`] decides.
 
 use super::model::Check;
+use super::subject::Subject;
 
 /// Name of the RBAC lines.
 pub const RBAC: &str = "RBAC";
@@ -86,11 +88,10 @@ pub struct Scope {
     pub hold_driver_syncer: bool,
     /// `--inline-pod-volumes`: volmig reads pods cluster-wide.
     pub inline_pod_volumes: bool,
+    /// `--events-namespace`: where Events about cluster-scoped objects land (the chart's
+    /// role-events.yaml).
+    pub events_namespace: String,
 }
-
-/// Namespace of volmig's Events (the chart's role-events.yaml: cluster-scoped objects'
-/// Events land in `default`).
-pub const EVENTS_NAMESPACE: &str = "default";
 
 /// Every permission the daemon needs with `scope`, in the chart's order.
 pub fn required(scope: &Scope) -> Vec<Permission> {
@@ -192,26 +193,26 @@ pub fn required(scope: &Scope) -> Vec<Permission> {
             Some(scope.syncer_lease.as_str()),
             SYNCER,
         );
-        if scope.hold_driver_syncer {
-            add(
-                "coordination.k8s.io",
-                "leases",
-                "",
-                &["update", "patch"],
-                driver_ns,
-                Some(scope.syncer_lease.as_str()),
-                SYNCER,
-            );
-            add(
-                "coordination.k8s.io",
-                "leases",
-                "",
-                &["create"],
-                driver_ns,
-                None,
-                SYNCER,
-            );
-        }
+        // volmig registers only while it holds this Lease itself (docs/design.md §8.2),
+        // with or without --hold-driver-syncer.
+        add(
+            "coordination.k8s.io",
+            "leases",
+            "",
+            &["update", "patch"],
+            driver_ns,
+            Some(scope.syncer_lease.as_str()),
+            SYNCER,
+        );
+        add(
+            "coordination.k8s.io",
+            "leases",
+            "",
+            &["create"],
+            driver_ns,
+            None,
+            SYNCER,
+        );
         add(
             "events.k8s.io",
             "events",
@@ -238,17 +239,38 @@ pub fn required(scope: &Scope) -> Vec<Permission> {
         "events",
         "",
         &["create", "patch"],
-        Some(EVENTS_NAMESPACE),
+        Some(scope.events_namespace.as_str()),
         None,
         "Role <release>-events",
     );
     all
 }
 
-/// The RBAC lines from each permission's review: `Ok(true)` allowed, `Ok(false)` denied,
-/// `Err` the review failed. One ✓ line when all are allowed; else one ✗ line per missing
-/// permission with the rule to add.
-pub fn rbac_checks(results: &[(Permission, Result<bool, String>)]) -> Vec<Check> {
+/// The RBAC lines from each permission's review of `subject`: `Ok(true)` allowed,
+/// `Ok(false)` denied, `Err` the review failed. One ✓ line when all are allowed; one ✗
+/// line when every review failed (the reviews, not the rights, are the problem); else one
+/// ✗ line per missing permission with the rule to add.
+pub fn rbac_checks(
+    subject: &Subject,
+    results: &[(Permission, Result<bool, String>)],
+) -> Vec<Check> {
+    let failed: Vec<&String> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    if let Some(first) = failed.first()
+        && failed.len() == results.len()
+    {
+        return vec![Check::fail(
+            RBAC,
+            format!(
+                "cannot review the rights of {} ({} permissions): {first}",
+                subject.describe(),
+                results.len()
+            ),
+            subject.review_fix(),
+        )];
+    }
     let mut lines = Vec::new();
     for (permission, result) in results {
         match result {
@@ -270,8 +292,7 @@ pub fn rbac_checks(results: &[(Permission, Result<bool, String>)]) -> Vec<Check>
             Err(message) => lines.push(Check::fail(
                 RBAC,
                 format!("cannot review {}: {message}", permission.describe()),
-                "check that the API server answers SelfSubjectAccessReviews \
-                 (authorization.k8s.io/v1)",
+                subject.review_fix(),
             )),
         }
     }
@@ -279,8 +300,9 @@ pub fn rbac_checks(results: &[(Permission, Result<bool, String>)]) -> Vec<Check>
         lines.push(Check::pass(
             RBAC,
             format!(
-                "all {} permissions the daemon needs are granted",
-                results.len()
+                "all {} permissions the daemon needs are granted to {}",
+                results.len(),
+                subject.describe()
             ),
         ));
     }
@@ -301,6 +323,17 @@ mod tests {
             driver_deployment: "vsphere-csi-controller".to_owned(),
             hold_driver_syncer: false,
             inline_pod_volumes: true,
+            events_namespace: "default".to_owned(),
+        }
+    }
+
+    fn subject() -> Subject {
+        Subject::ServiceAccount {
+            account: crate::cli::ServiceAccountRef {
+                namespace: "volmig".to_owned(),
+                name: "volmig".to_owned(),
+            },
+            as_caller: false,
         }
     }
 
@@ -367,9 +400,8 @@ mod tests {
 
     #[test]
     fn holding_the_syncer_lease_needs_to_write_it() {
-        let mut scope = scope();
-        scope.hold_driver_syncer = true;
-        let all = required(&scope);
+        // Every mode: volmig creates only while it holds the Lease.
+        let all = required(&scope());
         let writes = |verb: &str, name: Option<&str>| {
             all.iter().any(|p| {
                 p.resource == "leases"
@@ -404,7 +436,7 @@ mod tests {
                 )
             })
             .collect();
-        let lines = rbac_checks(&results);
+        let lines = rbac_checks(&subject(), &results);
         assert_eq!(lines.len(), 2);
         assert!(lines.iter().all(|c| !c.ok));
         assert_eq!(
@@ -421,12 +453,69 @@ mod tests {
     fn all_granted_is_one_passing_line_and_a_failed_review_fails() {
         let all = required(&scope());
         let granted: Vec<_> = all.iter().map(|p| (p.clone(), Ok(true))).collect();
-        let lines = rbac_checks(&granted);
+        let lines = rbac_checks(&subject(), &granted);
         assert_eq!(lines.len(), 1);
         assert!(lines[0].ok);
-        let failed = rbac_checks(&[(all[0].clone(), Err("timeout".to_owned()))]);
+        assert!(
+            lines[0]
+                .detail
+                .ends_with("granted to system:serviceaccount:volmig:volmig"),
+            "{}",
+            lines[0].detail
+        );
+        let mut one_failed = granted.clone();
+        one_failed[0].1 = Err("timeout".to_owned());
+        let failed = rbac_checks(&subject(), &one_failed);
+        assert_eq!(failed.len(), 1);
         assert!(!failed[0].ok);
         assert!(failed[0].detail.contains("timeout"), "{}", failed[0].detail);
+    }
+
+    #[test]
+    fn every_review_failing_is_one_line_not_one_per_permission() {
+        let all = required(&scope());
+        assert!(all.len() > 30);
+        let results: Vec<_> = all
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    Err("subjectaccessreviews is forbidden".to_owned()),
+                )
+            })
+            .collect();
+        let lines = rbac_checks(&subject(), &results);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(!lines[0].ok);
+        assert!(
+            lines[0]
+                .detail
+                .contains("system:serviceaccount:volmig:volmig")
+        );
+        assert!(
+            lines[0].fix.contains("subjectaccessreviews"),
+            "{}",
+            lines[0].fix
+        );
+    }
+
+    #[test]
+    fn events_are_granted_in_the_events_namespace() {
+        let scope = Scope {
+            events_namespace: "kube-system".to_owned(),
+            ..scope()
+        };
+        let all = required(&scope);
+        let events: Vec<_> = all
+            .iter()
+            .filter(|p| p.resource == "events" && p.role == "Role <release>-events")
+            .collect();
+        assert_eq!(events.len(), 2);
+        assert!(
+            events
+                .iter()
+                .all(|p| p.namespace.as_deref() == Some("kube-system"))
+        );
     }
 
     #[test]

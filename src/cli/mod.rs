@@ -86,7 +86,11 @@ pub enum Command {
     #[command(mut_arg("output", |arg| arg
         .requires(clap::builder::Resettable::<clap::Id>::Reset)
         .help("Output format: table or json")))]
-    Check(Box<RunArgs>),
+    #[command(mut_args(|arg| {
+        let hide = check::DAEMON_ONLY.contains(&arg.get_id().as_str());
+        arg.hide(hide)
+    }))]
+    Check(Box<CheckArgs>),
 }
 
 /// Flags of `volmig crd`.
@@ -297,7 +301,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub driver: DriverArgs,
 
-    /// Hold the CSI driver syncer's Lease (docs/design.md §8.2): the leading replica takes it
+    /// Hold the CSI driver syncer's Lease (docs/design.md §8.7): the leading replica takes it
     /// (waiting while the driver's syncer holds it live), so the driver registers nothing
     /// on a miss; when every in-tree path is Registered and published it releases the Lease
     /// and follows the driver. For migrations before the driver runs.
@@ -431,9 +435,11 @@ impl ReportArgs {
     }
 }
 
+mod check;
 mod driver;
 mod parse;
 
+pub use check::{CheckArgs, ServiceAccountRef, parse_service_account};
 pub use driver::DriverArgs;
 pub use parse::{
     MAX_REQUESTS_PER_SECOND, VcUrlParser, parse_duration, parse_requests_per_second, parse_vc_url,

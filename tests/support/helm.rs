@@ -280,9 +280,49 @@ pub fn volmig_container(deployment: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no container named volmig: {deployment}"))
 }
 
-/// The args of the `volmig` container.
+/// The command line the `volmig` container runs with, written as flags: its args, then
+/// each `VOLMIG_*` variable of its env that `volmig run` reads, as the flag it stands for
+/// (`--name=value`; a switch set to `true` as `--name`, to `false` left out). clap reads a
+/// flag and its variable alike, so both spellings configure the daemon the same way; the
+/// chart renders settings as variables so that `volmig check` in the pod reads them too.
 pub fn container_args(deployment: &Value) -> Vec<String> {
-    strings(&volmig_container(deployment)["args"])
+    let container = volmig_container(deployment);
+    let mut args = strings(&container["args"]);
+    args.extend(run_env_as_flags(&container["env"]));
+    args
+}
+
+/// The `VOLMIG_*` variables of `env` (a container's env list) that `volmig run` declares,
+/// in order, as flags; variables with `valueFrom`, or that `run` does not read, are skipped.
+pub fn run_env_as_flags(env: &Value) -> Vec<String> {
+    use clap::CommandFactory as _;
+    let cli = volmig::cli::Cli::command();
+    let run = cli
+        .find_subcommand("run")
+        .unwrap_or_else(|| panic!("volmig has no run subcommand"));
+    let mut flags = Vec::new();
+    for var in env.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let (Some(name), Some(value)) = (var["name"].as_str(), var["value"].as_str()) else {
+            continue;
+        };
+        let Some(arg) = run
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == name))
+        else {
+            continue;
+        };
+        let long = arg
+            .get_long()
+            .unwrap_or_else(|| panic!("{name} belongs to a flag without a long name"));
+        if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+            if value == "true" {
+                flags.push(format!("--{long}"));
+            }
+        } else {
+            flags.push(format!("--{long}={value}"));
+        }
+    }
+    flags
 }
 
 /// A JSON array of strings as a vector (an absent value is empty).

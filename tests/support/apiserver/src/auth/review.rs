@@ -1,6 +1,7 @@
-//! The two authentication/authorization endpoints clients call: TokenRequest
-//! (`serviceaccounts/{name}/token`, `kubectl create token`) and SelfSubjectAccessReview
-//! (`kubectl auth can-i`).
+//! The authentication/authorization endpoints clients call: TokenRequest
+//! (`serviceaccounts/{name}/token`, `kubectl create token`), SelfSubjectAccessReview
+//! (`kubectl auth can-i`), SubjectAccessReview (`kubectl auth can-i --as`, the rights of
+//! another user) and SelfSubjectReview (`kubectl auth whoami`).
 
 use serde_json::{Value, json};
 
@@ -114,6 +115,55 @@ pub fn self_subject_access_review(
     user: &UserInfo,
     body: &Value,
 ) -> ApiResult<Value> {
+    access_review(shared, user, body, "SelfSubjectAccessReview")
+}
+
+/// Answers a SubjectAccessReview: the rights of `spec.user` with `spec.groups` (as
+/// kube-apiserver's SubjectAccessReview REST storage, which requires a user or a group).
+pub fn subject_access_review(shared: &Shared, body: &Value) -> ApiResult<Value> {
+    let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let name = spec
+        .get("user")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let groups: Vec<String> = spec
+        .get("groups")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if name.is_empty() && groups.is_empty() {
+        return Err(ApiError::invalid(
+            "SubjectAccessReview",
+            "authorization.k8s.io",
+            "",
+            vec![FieldCause::required("spec.user")],
+        ));
+    }
+    access_review(
+        shared,
+        &UserInfo { name, groups },
+        body,
+        "SubjectAccessReview",
+    )
+}
+
+/// Answers a SelfSubjectReview: who `user` is.
+pub fn self_subject_review(user: &UserInfo) -> Value {
+    json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": Value::Null},
+        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+    })
+}
+
+fn access_review(shared: &Shared, user: &UserInfo, body: &Value, kind: &str) -> ApiResult<Value> {
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     let a = attrs_of(&spec)?;
     let decision = authorize(&shared.store(), user, &a);
@@ -124,7 +174,7 @@ pub fn self_subject_access_review(
         Decision::Deny(reason) => json!({"allowed": false, "reason": reason}),
     };
     Ok(json!({
-        "kind": "SelfSubjectAccessReview",
+        "kind": kind,
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {"creationTimestamp": Value::Null},
         "spec": spec,

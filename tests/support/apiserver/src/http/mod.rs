@@ -221,6 +221,8 @@ async fn resource(
 enum Special {
     TokenRequest,
     AccessReview,
+    SubjectAccessReview,
+    SelfSubjectReview,
 }
 
 fn special(rp: &ResourcePath) -> Option<Special> {
@@ -234,6 +236,12 @@ fn special(rp: &ResourcePath) -> Option<Special> {
         }
         ("authorization.k8s.io", "selfsubjectaccessreviews", None) if rp.version == "v1" => {
             Some(Special::AccessReview)
+        }
+        ("authorization.k8s.io", "subjectaccessreviews", None) if rp.version == "v1" => {
+            Some(Special::SubjectAccessReview)
+        }
+        ("authentication.k8s.io", "selfsubjectreviews", None) if rp.version == "v1" => {
+            Some(Special::SelfSubjectReview)
         }
         _ => None,
     }
@@ -277,7 +285,9 @@ async fn special_request(
     )?;
     let name_ok = match which {
         Special::TokenRequest => rp.name.is_some(),
-        Special::AccessReview => rp.name.is_none() && rp.namespace.is_none(),
+        Special::AccessReview | Special::SubjectAccessReview | Special::SelfSubjectReview => {
+            rp.name.is_none() && rp.namespace.is_none()
+        }
     };
     if req.method() != Method::POST || !name_ok {
         return Err(ApiError::method_not_allowed(format!(
@@ -302,6 +312,8 @@ async fn special_request(
             &body,
         )?,
         Special::AccessReview => auth::review::self_subject_access_review(&shared, &user, &body)?,
+        Special::SubjectAccessReview => auth::review::subject_access_review(&shared, &body)?,
+        Special::SelfSubjectReview => auth::review::self_subject_review(&user),
     };
     Ok(respond::json_value(201, &out))
 }
