@@ -9,8 +9,8 @@ use tracing::{info, instrument, warn};
 
 use super::create::{Attempt, CreateStep, Found};
 use super::{
-    HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreErrorKind,
-    StoredState, Version, choose_adoptee, create_request, stages,
+    HeldSlot, KeyGuard, Lane, RegisterError, Registrar, Registration, StatusUpdate, StoreError,
+    StoreErrorKind, StoredState, Version, choose_adoptee, create_request, stages,
 };
 use crate::backend::selection::date_volumes_of_one_disk;
 use crate::backend::{CnsVolume, ErrorClass, VolumeId};
@@ -89,6 +89,9 @@ impl Registrar {
         let Some(volume_id) = self.unsaved_map().get(path).cloned() else {
             return Ok(None);
         };
+        if unregistering(state.as_ref()) {
+            return Err(self.unregistration_in_progress(path));
+        }
         if let Some(stored) = state.as_ref().and_then(StoredState::registered_id) {
             if *stored != volume_id {
                 warn!(%path, kept = %stored, dropped = %volume_id,
@@ -398,9 +401,24 @@ impl Registrar {
         )
     }
 
+    /// The error of an ID write refused because the path is being unregistered: the ID
+    /// stays in memory, where the unregistration finds it (docs/design.md §4.9).
+    fn unregistration_in_progress(&self, path: &VolumePath) -> RegisterError {
+        warn!(%path, "the path is being unregistered; the volume ID stays in memory for it");
+        RegisterError::Store {
+            path: path.clone(),
+            source: StoreError::new(
+                path,
+                StoreErrorKind::Conflict,
+                "the status is Unregistering: the volume ID is not written over it",
+            ),
+        }
+    }
+
     /// Stores `volume_id` conditionally on `version` (the state it was decided on). Keeps it
     /// in memory until stored; never replaces another stored ID (rule 9): a write that
-    /// loses its condition re-reads and yields to an ID stored meanwhile. Protection is
+    /// loses its condition re-reads and yields to an ID stored meanwhile, and writes again
+    /// only as the leader and never over `Unregistering`. Protection is
     /// the last backend call (under `held`'s slot); the slot is freed before the write.
     pub(super) async fn record_id(
         &self,
@@ -459,6 +477,12 @@ impl Registrar {
                             unchanged: false,
                         });
                     }
+                    // What changed may be another leader's work: write again only as the
+                    // leader, and never over an unregistration (docs/design.md §4.9).
+                    if unregistering(fresh.as_ref()) {
+                        return Err(self.unregistration_in_progress(path));
+                    }
+                    self.fence(path)?;
                     version = fresh.and_then(|s| s.version);
                 }
                 Err(e) if e.is_retryable() && attempt < self.config.retry.attempts_per_call => {
@@ -475,4 +499,9 @@ impl Registrar {
             }
         }
     }
+}
+
+/// Whether `state` is an unregistration in progress, which no ID write may replace.
+fn unregistering(state: Option<&StoredState>) -> bool {
+    state.is_some_and(|s| s.phase == Some(Phase::Unregistering))
 }

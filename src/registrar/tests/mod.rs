@@ -457,6 +457,7 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
 
 mod fencing;
 mod first_look;
+mod id_write;
 mod follow;
 mod interleavings;
 mod markers;
