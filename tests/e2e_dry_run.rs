@@ -65,7 +65,7 @@ async fn versions(cluster: &Cluster) -> BTreeMap<String, Option<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_decides_and_writes_nothing() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(6)).await;
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     for n in 1..=3 {
         cluster
             .create_pv(&format!("pv-{n}"), &sim.vmdk_path("kubevols", n))
@@ -161,7 +161,7 @@ async fn dry_run_decides_and_writes_nothing() {
 async fn dry_run_once_prints_the_plan_and_exits_by_it() {
     const ONCE: &[&str] = &["--dry-run", "--once", "--full-sync-interval", "1h"];
     let sim = Vcsim::start(VcsimOptions::default().vmdks(3)).await;
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let paths: Vec<String> = (1..=3)
         .map(|n| {
             VolumePath::parse(&sim.vmdk_path("kubevols", n))

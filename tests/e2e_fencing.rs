@@ -225,7 +225,7 @@ async fn a_deposed_leader_never_creates_nor_overwrites() {
     use kube::runtime::{WatchStreamExt, watcher};
 
     let sim = Vcsim::start(VcsimOptions::default().vmdks(1)).await;
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let server = cluster.test_server();
     let flags = [
         "--lease-duration",

@@ -99,7 +99,12 @@ async fn crash_workload(kills: usize, faults: bool) {
             .delay("CnsCreateVolume", 500),
     )
     .await;
-    let cluster = Cluster::start().await;
+    // Fault injection needs the API test server; the crashes alone run on the real one.
+    let cluster = if faults {
+        Cluster::start_test_server().await
+    } else {
+        Cluster::start().await
+    };
     let paths = create_pvs(&cluster, &sim, 1..=100).await;
     let flags = ["--in-flight-grace", "2s", "--full-sync-interval", "2s"];
 
@@ -178,7 +183,7 @@ async fn api_faults_during_crashes_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_registers_and_a_follower_takes_over() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(40)).await;
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let lease = ["--lease-duration", "4s", "--full-sync-interval", "2s"];
     let mut a = Daemon::spawn(&cluster, &sim, "replica-a", &lease);
     a.wait_ready().await;
@@ -472,7 +477,7 @@ async fn deletion_flows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_reply_that_never_comes_holds_nothing_for_good() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let server = cluster.test_server();
     let daemon = Daemon::spawn(
         &cluster,

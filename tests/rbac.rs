@@ -286,7 +286,7 @@ async fn run_case(removed: Option<Rule>) -> Outcome {
     };
     let (sim, cluster) = tokio::join!(
         Vcsim::start(VcsimOptions::default().vmdks(2)),
-        Cluster::start_with_identity(&identity)
+        Cluster::start_test_server_with_identity(&identity)
     );
     let work = Workload::create(&cluster, &sim).await;
     let mut daemon = Daemon::spawn(&cluster, &sim, HOLDER, &[]);

@@ -251,7 +251,7 @@ fn requests(cluster: &Cluster, verb: kube_testserver::Verb, resource: &str) -> O
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_and_lookup_over_a_mixed_cluster() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let kc = cluster.kubeconfig.clone();
 
     cluster.create_pv("pv-a-published", RAW_A).await;
@@ -666,7 +666,7 @@ async fn create_syncer_lease(cluster: &Cluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_names_the_registrar_from_the_driver_syncer_lease() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_test_server().await;
     let kc = cluster.kubeconfig.clone();
     cluster.create_pv("pv-b", PATH_B).await;
     create_migration(&cluster, PATH_B, registered("id-b")).await;

@@ -1,6 +1,7 @@
-//! End-to-end harness: a Kubernetes API (the repository's test server, or a real cluster
-//! when `VOLMIG_E2E_KUBECONFIG` is set), the vCenter simulator, and the real `volmig`
-//! binary as a child process.
+//! End-to-end harness: a Kubernetes API (a real kube-apiserver + etcd of the test's own,
+//! see [`controlplane`]; the repository's API test server for tests that need its
+//! counters or faults; or a real cluster when `VOLMIG_E2E_KUBECONFIG` is set), the vCenter
+//! simulator, and the real `volmig` binary as a child process.
 //!
 //! `VOLMIG_E2E_BIN=<path>` runs another `volmig` binary instead of this build's (e.g. one
 //! built from an older commit, to see a test fail against the unfixed code). Every spawn
@@ -26,18 +27,33 @@ use volmig::volume_migration::{Phase, VolumeMigration};
 
 use super::vcsim::Vcsim;
 
+#[path = "controlplane.rs"]
+pub mod controlplane;
 #[path = "helm.rs"]
 pub mod helm;
 
+/// Which Kubernetes API a [`Cluster`] runs on.
+enum Backend {
+    /// A kube-apiserver + etcd of this test's own ([`controlplane::ControlPlane`]).
+    ControlPlane,
+    /// The in-process API test server.
+    TestServer,
+    /// An existing cluster (`VOLMIG_E2E_KUBECONFIG`).
+    Kubeconfig(PathBuf),
+}
+
 /// Where the Kubernetes API comes from.
 pub struct Cluster {
-    /// The in-process test server; `None` against a real cluster.
+    /// The in-process test server; `None` on the real control plane or an existing cluster.
     pub server: Option<kube_testserver::TestServer>,
+    /// The real control plane this test started; `None` on the test server or an existing
+    /// cluster.
+    pub control_plane: Option<controlplane::ControlPlane>,
     /// Kubeconfig file for the daemon and kubectl.
     pub kubeconfig: PathBuf,
     /// The kubeconfig [`Daemon::spawn`] gives volmig: the chart's ServiceAccount (see
-    /// [`Cluster::install_chart_identity`]) on the test server unless
-    /// `VOLMIG_E2E_IDENTITY=admin`; [`Cluster::kubeconfig`] on a real cluster.
+    /// [`Cluster::install_chart_identity`]) unless `VOLMIG_E2E_IDENTITY=admin`;
+    /// [`Cluster::kubeconfig`] on an existing cluster.
     pub daemon_kubeconfig: PathBuf,
     /// A client for the test itself.
     pub client: kube::Client,
@@ -46,42 +62,71 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the API test server (or connects to `VOLMIG_E2E_KUBECONFIG`), installs the
-    /// CRD and the `kube-system` namespace.
+    /// Starts a real control plane of this test's own (panics naming `make controlplane`
+    /// when it is not built), or connects to `VOLMIG_E2E_KUBECONFIG`; installs the CRD,
+    /// the `kube-system` namespace and the chart's identity (unless
+    /// `VOLMIG_E2E_IDENTITY=admin`, or on an existing cluster).
     pub async fn start() -> Cluster {
-        let real = std::env::var_os("VOLMIG_E2E_KUBECONFIG").map(PathBuf::from);
-        let mut cluster = Cluster::connect(real).await;
-        if cluster.server.is_some() && chart_identity_enabled() {
+        let backend = std::env::var_os("VOLMIG_E2E_KUBECONFIG")
+            .map_or(Backend::ControlPlane, |p| Backend::Kubeconfig(p.into()));
+        Cluster::start_on(backend).await
+    }
+
+    /// Like [`Cluster::start`], but always on the in-process API test server, for tests
+    /// that need what only it offers: write and 403 counters, injected faults, held
+    /// replies.
+    pub async fn start_test_server() -> Cluster {
+        Cluster::start_on(Backend::TestServer).await
+    }
+
+    async fn start_on(backend: Backend) -> Cluster {
+        let external = matches!(backend, Backend::Kubeconfig(_));
+        let mut cluster = Cluster::connect(backend).await;
+        if !external && chart_identity_enabled() {
             cluster.install_chart_identity(&chart_rbac());
         }
         cluster
     }
 
-    /// Like [`Cluster::start`], but always on the API test server (even when
-    /// `VOLMIG_E2E_KUBECONFIG` is set) and with `objects` (e.g. [`chart_rbac_without`]) as
-    /// the daemon's identity, whatever `VOLMIG_E2E_IDENTITY` says.
+    /// Like [`Cluster::start`], but always on a control plane of this test's own (even
+    /// when `VOLMIG_E2E_KUBECONFIG` is set) and with `objects` (e.g.
+    /// [`chart_rbac_without`]) as the daemon's identity, whatever `VOLMIG_E2E_IDENTITY`
+    /// says.
     pub async fn start_with_identity(objects: &[serde_json::Value]) -> Cluster {
-        let mut cluster = Cluster::connect(None).await;
+        let mut cluster = Cluster::connect(Backend::ControlPlane).await;
         cluster.install_chart_identity(objects);
         cluster
     }
 
-    /// Connects to the real cluster at `real`, or starts the API test server; installs the
-    /// CRD and the `kube-system` namespace. The daemon's identity is the admin's.
-    async fn connect(real: Option<PathBuf>) -> Cluster {
+    /// [`Cluster::start_with_identity`] on the in-process API test server (for its 403
+    /// counters).
+    pub async fn start_test_server_with_identity(objects: &[serde_json::Value]) -> Cluster {
+        let mut cluster = Cluster::connect(Backend::TestServer).await;
+        cluster.install_chart_identity(objects);
+        cluster
+    }
+
+    /// Starts `backend` (or connects to it); installs the CRD and the `kube-system`
+    /// namespace. The daemon's identity is the admin's.
+    async fn connect(backend: Backend) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("volmig-e2e-")
             .tempdir()
             .expect("temp dir");
-        let (server, kubeconfig) = match real {
-            Some(path) => (None, path),
-            None => {
+        let (server, control_plane, kubeconfig) = match backend {
+            Backend::Kubeconfig(path) => (None, None, path),
+            Backend::ControlPlane => {
+                let plane = controlplane::ControlPlane::start().await;
+                let path = plane.kubeconfig.clone();
+                (None, Some(plane), path)
+            }
+            Backend::TestServer => {
                 let server = kube_testserver::TestServer::start(Default::default())
                     .await
                     .expect("start the API test server");
                 let path = dir.path().join("kubeconfig");
                 server.write_kubeconfig(&path).expect("write kubeconfig");
-                (Some(server), path)
+                (Some(server), None, path)
             }
         };
         let kube = volmig::cli::KubeArgs {
@@ -91,6 +136,7 @@ impl Cluster {
         let client = volmig::daemon::kube_client(&kube).await.expect("client");
         let cluster = Cluster {
             server,
+            control_plane,
             daemon_kubeconfig: kubeconfig.clone(),
             kubeconfig,
             client,
@@ -108,11 +154,12 @@ impl Cluster {
     /// Applies `objects` (from [`chart_rbac`] or [`chart_rbac_without`]) with kubectl as the
     /// admin, mints a token for the chart's ServiceAccount with `kubectl create token`, and
     /// makes [`Daemon::spawn`] use a kubeconfig with that token, the daemon's only identity.
-    /// Test server only.
+    /// On the test server or a control plane of this test's own, never on an existing
+    /// cluster.
     pub fn install_chart_identity(&mut self, objects: &[serde_json::Value]) {
         assert!(
-            self.server.is_some(),
-            "the chart identity is installed on the API test server only"
+            self.server.is_some() || self.control_plane.is_some(),
+            "the chart identity is installed on this test's own API server only"
         );
         let namespace: Namespace = serde_json::from_value(
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NAMESPACE}}),
@@ -139,10 +186,13 @@ impl Cluster {
             ],
             None,
         );
-        let server = self.test_server();
+        let yaml = match (&self.server, &self.control_plane) {
+            (Some(server), _) => server.kubeconfig_yaml_with_token(token.trim()),
+            (None, Some(plane)) => plane.kubeconfig_yaml_with_token(token.trim()),
+            (None, None) => unreachable!("asserted above"),
+        };
         let path = self.path("volmig-sa-kubeconfig");
-        std::fs::write(&path, server.kubeconfig_yaml_with_token(token.trim()))
-            .expect("write the ServiceAccount kubeconfig");
+        std::fs::write(&path, yaml).expect("write the ServiceAccount kubeconfig");
         self.daemon_kubeconfig = path;
     }
 
@@ -182,6 +232,16 @@ impl Cluster {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("install CRD: {e}"),
         }
+        // A real API server serves a new CRD a moment after the create.
+        let migrations = self.migrations();
+        wait_for(Duration::from_secs(30), "the CRD served", || async {
+            migrations
+                .list(&ListParams::default().limit(1))
+                .await
+                .ok()
+                .map(drop)
+        })
+        .await;
     }
 
     /// Installs the vSphere CSI driver's `CnsVSphereVolumeMigration` CRD (as the admin) and
@@ -219,11 +279,12 @@ impl Cluster {
     }
 
     /// The in-process test server, for what only it offers (injected faults, held
-    /// replies, ServiceAccount tokens); panics against a real cluster.
+    /// replies, counters); panics against a real API server (start the cluster with
+    /// [`Cluster::start_test_server`]).
     pub fn test_server(&self) -> &kube_testserver::TestServer {
         self.server
             .as_ref()
-            .expect("needs the in-process API test server, not a real cluster")
+            .expect("needs the in-process API test server (Cluster::start_test_server)")
     }
 
     /// Creates an in-tree vSphere PV (Retain) for `volume_path`.
@@ -345,7 +406,7 @@ pub const CHART_NAMESPACE: &str = helm::NAMESPACE;
 /// The chart's ServiceAccount (release `volmig`).
 pub const CHART_SERVICE_ACCOUNT: &str = "volmig";
 /// The switch: `VOLMIG_E2E_IDENTITY=admin` runs the daemon with the admin kubeconfig
-/// instead of the chart's ServiceAccount on the API test server.
+/// instead of the chart's ServiceAccount.
 pub const IDENTITY_ENV: &str = "VOLMIG_E2E_IDENTITY";
 
 /// Whether [`Cluster::start`] installs the chart's identity for the daemon.
@@ -381,7 +442,7 @@ pub fn chart_rbac_with(extra: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The API test server with the chart's identity rendered for hold mode
+/// A control plane of the test's own with the chart's identity rendered for hold mode
 /// (`driver.holdSyncer=true`) as the daemon's, and the CSI driver's CRD installed.
 pub async fn cluster_for_hold() -> Cluster {
     let cluster =
