@@ -382,7 +382,10 @@ fn every_alert_has_a_runbook_in_the_operations_doc_and_a_for_duration() {
         let (base, anchor) = url
             .split_once('#')
             .unwrap_or_else(|| panic!("{alert}: runbook_url {url:?} has no anchor"));
-        assert!(base.ends_with("docs/operations.md"), "{alert}: {url}");
+        assert_eq!(
+            base, "https://github.com/volmig/volmig/blob/main/docs/operations.md",
+            "{alert}: an absolute URL under Chart.yaml's home"
+        );
         assert!(
             anchors.iter().any(|a| a == anchor),
             "{alert}: docs/operations.md has no heading with the anchor #{anchor}"
@@ -411,6 +414,31 @@ fn every_alert_has_a_runbook_in_the_operations_doc_and_a_for_duration() {
             .any(|r| r["alert"] == "VolmigRegistrarModeUnknown"),
         "no alert on volmig_registrar_mode"
     );
+    let chart = read_repo_file("charts/volmig/Chart.yaml");
+    assert!(
+        chart.contains("\nhome: https://github.com/volmig/volmig\n"),
+        "Chart.yaml names the home the runbooks are under"
+    );
+    // Not absolute https, or with an anchor of its own: refused by the schema.
+    for bad in [
+        "",
+        "docs/operations.md",
+        "http://wiki.example/operations.md",
+        "https://wiki.example/operations.md#runbooks",
+    ] {
+        let refused = helm::template(&[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set-string",
+            &format!("prometheusRule.runbookBaseUrl={bad}"),
+        ]);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("runbookBaseUrl")),
+            "{bad:?}: {refused:?}"
+        );
+    }
     // The base URL is a value.
     let elsewhere = render(&[
         "--set",

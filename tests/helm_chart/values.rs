@@ -182,6 +182,31 @@ fn contradictory_values_are_refused() {
     );
 }
 
+#[test]
+fn values_an_admin_gets_wrong_are_refused_by_the_schema() {
+    assert_refused(
+        &["--set-string", "driver.namespace="],
+        &["/driver/namespace"],
+    );
+    assert_refused(&["--set-json", r#"clusterId="prod-1\n""#], &["/clusterId"]);
+    assert_refused(&["--set-json", r#"clusterId="prod 1""#], &["/clusterId"]);
+    for bad in ["30 s", "30sec", "1.5m", ""] {
+        assert_refused(
+            &["--set-string", &format!("serviceMonitor.interval={bad}")],
+            &["/serviceMonitor/interval"],
+        );
+    }
+    assert_refused(
+        &["--set", "dryRun=true", "--set", "driver.holdSyncer=true"],
+        &["/driver/holdSyncer"],
+    );
+    // What they may be.
+    render(&["--set-string", "clusterId=prod-1"]);
+    render(&["--set-string", "serviceMonitor.interval=1m30s"]);
+    render(&["--set", "dryRun=true"]);
+    render(&["--set", "driver.holdSyncer=true"]);
+}
+
 /// `helm template` with `sets` must fail, helm's message containing every one of `needles`.
 fn assert_refused(sets: &[&str], needles: &[&str]) {
     match template(sets) {
