@@ -2,7 +2,6 @@
 //! as the leader and never over an unregistration another leader started.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use super::*;
 
