@@ -29,7 +29,7 @@ const WRONG_PASSWORD: &str = "wr0ng-Pa55-check";
 /// A self-signed CA that signed nothing the simulator serves (`openssl req -x509`, EC P-256).
 const OTHER_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBiDCCAS2gAwIBAgIUHPIesMIiRSmQ9g9eXe5/8SrbK1QwCgYIKoZIzj0EAwIw\nGTEXMBUGA1UEAwwOdm9sbWlnLXRlc3QtZWMwHhcNMjYxMjAyMjM1NjI1WhcNMzYx\nMTI5MjM1NjI1WjAZMRcwFQYDVQQDDA52b2xtaWctdGVzdC1lYzBZMBMGByqGSM49\nAgEGCCqGSM49AwEHA0IABGQuulF8XSE+hPrL0UJhaqnoaOUsFt8Y8ZFUZJJEsouV\nIvY6zE6jS9nwUViWLhdiZLqvuKLJHf4eThlPkbPlJumjUzBRMB0GA1UdDgQWBBT0\nKC+jivCdAZ/PWirUloQLg4uWNjAfBgNVHSMEGDAWgBT0KC+jivCdAZ/PWirUloQL\ng4uWNjAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQDJ1OssbN8+\nJNajnmujr6SD2wpbFAeD0qsirjKRFQtOkgIhAM0NR37tyu57RErXEQQyOpMG4UAg\nkM/u6R9f/cZ8CVr4\n-----END CERTIFICATE-----\n";
 
-/// The simulator (one vmdk) and the API test server with `identity` as volmig's, the
+/// The simulator (one vmdk) and a control plane with `identity` as volmig's, the
 /// driver's CRD and a PV on the simulator's datastore.
 async fn set_up(identity: &[serde_json::Value]) -> (Vcsim, Cluster) {
     let (sim, cluster) = tokio::join!(

@@ -4,8 +4,8 @@
 //! that differs from the driver's is refused before anything is registered; without
 //! `--cluster-id` the driver's ID is the one written on registrations.
 //!
-//! Always on the API test server (`Cluster::start_with_identity`), never on a real
-//! cluster: the tests write the driver's own ConfigMap.
+//! Always on a control plane of the test's own (`Cluster::start_with_identity`), never on
+//! an existing cluster: the tests write the driver's own ConfigMap.
 
 #![allow(
     clippy::expect_used,
@@ -33,7 +33,7 @@ const DRIVER_CLUSTER_ID: &str = "driver-generated-4f1c";
 /// The cluster ID `Daemon::spawn` gives volmig (`--cluster-id`).
 const FLAG_CLUSTER_ID: &str = "e2e-cluster";
 
-/// Starts the simulator (one vmdk) and the API test server with the chart's identity, the
+/// Starts the simulator (one vmdk) and a control plane with the chart's identity, the
 /// driver's ConfigMap holding [`DRIVER_CLUSTER_ID`], and a PV for the vmdk.
 async fn set_up() -> (Vcsim, Cluster, String) {
     let identity = chart_rbac();

@@ -2,7 +2,7 @@
 //! names carry no cluster ID and full sync lists every CNS volume of the vCenter, so
 //! cluster A sees cluster B's volmig-named volumes, with no PV or VolumeMigration of A
 //! behind them. `--gc-orphans` on A must unregister A's own orphans only: B's live volume
-//! keeps its ID. Real `volmig` binaries, two API test servers, one govmomi simulator.
+//! keeps its ID. Real `volmig` binaries, two control planes, one govmomi simulator.
 
 #![allow(
     clippy::expect_used,
@@ -68,7 +68,7 @@ async fn gc_orphans_unregisters_this_clusters_orphans_never_another_clusters_vol
     let canonical = |n| VolumePath::parse(&sim.vmdk_path("kubevols", n)).unwrap();
     let (disk_a, disk_b, disk_orphan) = (canonical(1), canonical(2), canonical(3));
 
-    // Cluster B (always the API test server: its own Kubernetes API) registers disk 2 and
+    // Cluster B (always a control plane of its own, even with VOLMIG_E2E_KUBECONFIG) registers disk 2 and
     // keeps running: its volume is live, in use by B's PV.
     let cluster_b = Cluster::start_with_identity(&e2e::chart_rbac()).await;
     cluster_b.create_pv("pv-b", &disk_b.canonical()).await;

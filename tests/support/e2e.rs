@@ -63,12 +63,18 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts a real control plane of this test's own (panics naming `make controlplane`
-    /// when it is not built), or connects to `VOLMIG_E2E_KUBECONFIG`; installs the CRD,
+    /// when it is not built), or connects to `VOLMIG_E2E_KUBECONFIG`, or starts the API
+    /// test server when `VOLMIG_E2E_API=test-server`; installs the CRD,
     /// the `kube-system` namespace and the chart's identity (unless
     /// `VOLMIG_E2E_IDENTITY=admin`, or on an existing cluster).
     pub async fn start() -> Cluster {
-        let backend = std::env::var_os("VOLMIG_E2E_KUBECONFIG")
-            .map_or(Backend::ControlPlane, |p| Backend::Kubeconfig(p.into()));
+        let backend = match std::env::var_os("VOLMIG_E2E_KUBECONFIG") {
+            Some(path) => Backend::Kubeconfig(path.into()),
+            // An explicit switch, to tell a finding of the real API server from one of
+            // volmig: the same test on the API test server.
+            None if std::env::var(API_ENV).is_ok_and(|v| v == "test-server") => Backend::TestServer,
+            None => Backend::ControlPlane,
+        };
         Cluster::start_on(backend).await
     }
 
@@ -400,6 +406,10 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// The switch: `VOLMIG_E2E_API=test-server` runs [`Cluster::start`]'s tests on the API
+/// test server instead of a control plane of their own.
+pub const API_ENV: &str = "VOLMIG_E2E_API";
 
 /// Namespace the chart is rendered for (its ServiceAccount lives there).
 pub const CHART_NAMESPACE: &str = helm::NAMESPACE;
