@@ -18,6 +18,8 @@ use crate::metrics::Metrics;
 use crate::registrar::{LeaderGate, Registrar};
 use crate::volume_migration::VolumeMigration;
 
+pub mod attachment_watcher;
+pub mod csi_users;
 pub mod decide;
 mod error;
 pub mod full_sync;

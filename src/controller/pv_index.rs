@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use super::csi_users::CsiUsers;
 use crate::compact_text::{CompactSet, CompactText, NameSet, TextRef};
 use crate::k8s::inline_volumes::is_pod_user;
 use crate::path_intern::{self, NamesByPath};
@@ -124,11 +125,18 @@ impl Drop for State {
 #[derive(Default)]
 pub struct PvIndex {
     state: Mutex<State>,
+    /// The CSI driver's users of volume IDs (docs/design.md §5.1).
+    csi: CsiUsers,
 }
 
 impl PvIndex {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The CSI driver's PVs and VolumeAttachments, by the volume ID they use.
+    pub fn csi(&self) -> &CsiUsers {
+        &self.csi
     }
 
     /// Records a PV as it is now: its path and how it spells it.
@@ -331,11 +339,11 @@ impl PvIndex {
         self.lock().synced = true;
     }
 
-    /// True once the initial list has been indexed (of PVs, and of pods when they are
-    /// watched).
+    /// True once the initial list has been indexed (of PVs, of pods when they are
+    /// watched, and of VolumeAttachments when they are).
     pub fn is_synced(&self) -> bool {
         let s = self.lock();
-        s.synced && !s.pods_pending
+        s.synced && !s.pods_pending && self.csi.is_synced()
     }
 
     /// Pods are watched: the index is not synced until their initial list is indexed too

@@ -41,6 +41,7 @@ impl PvWatcher {
             return Vec::new();
         }
         let change: IndexChange = self.ctx.index.upsert_pv(pv);
+        self.ctx.index.csi().upsert_pv(pv);
         for path in &change.touched {
             self.trigger_reconcile(path);
         }
@@ -80,6 +81,7 @@ impl Users for PvWatcher {
         for path in self.ctx.index.retain(seen) {
             self.trigger_reconcile(&path);
         }
+        self.ctx.index.csi().retain_pvs(seen);
         if !self.ctx.index.is_synced() {
             info!(tracked = self.ctx.index.len(), "PV cache synced");
         }
@@ -95,6 +97,7 @@ impl Users for PvWatcher {
 
     fn deleted(&self, pv: &PersistentVolume) {
         if let Some(name) = &pv.metadata.name {
+            self.ctx.index.csi().remove_pv(name);
             let change = self.ctx.index.remove(name);
             for path in &change.touched {
                 self.trigger_reconcile(path);

@@ -76,6 +76,9 @@ pub(super) async fn assemble(
             registrar_config.with_driver_ids(Arc::new(move |path| index.ids_for(path)));
     }
     let index = Arc::new(PvIndex::default());
+    let users = index.clone();
+    registrar_config = registrar_config
+        .with_volume_users(Arc::new(move |id| users.csi().users_of(&id.0)));
     let syncer_lease = args.driver.syncer_lease();
     let hold = args.hold_driver_syncer.then(|| registrar_mode::Hold {
         config: crate::syncer_lease::HolderConfig::new(

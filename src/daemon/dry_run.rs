@@ -172,6 +172,7 @@ impl DryRun {
         for_each_page(&self.pvs, PAGE_SIZE, |items| {
             for pv in &items {
                 index.upsert_pv(pv);
+                index.csi().upsert_pv(pv);
             }
         })
         .await
@@ -252,6 +253,7 @@ impl DryRun {
             gc_orphans: self.gc_orphans,
             cluster_id: &self.cluster_id,
             driver_ids: &driver_ids,
+            in_use: &index.csi().ids_in_use(),
         });
         for repair in &planned.repairs {
             info!(

@@ -17,6 +17,7 @@ use super::{SHUTDOWN_GRACE, Started, leadership, readiness};
 use crate::cli::RunArgs;
 use crate::controller::full_sync::FullSync;
 use crate::controller::migration_cache::watch as migration_watch;
+use crate::controller::attachment_watcher::AttachmentWatcher;
 use crate::controller::pod_watcher::PodWatcher;
 use crate::controller::pv_watcher::PvWatcher;
 use crate::controller::{Context, MigrationCache, WorkQueue, reconcile, work_queue};
@@ -25,7 +26,7 @@ use crate::registrar::LeaderGate;
 
 /// The running loops, and what stopping them needs.
 pub(super) struct Loops {
-    tasks: [JoinHandle<()>; 6],
+    tasks: [JoinHandle<()>; 7],
     mode_tasks: Vec<JoinHandle<()>>,
     gate: LeaderGate,
     leadership: Leadership,
@@ -85,6 +86,13 @@ pub(super) fn spawn(args: &RunArgs, started: &Started, parts: Assembled) -> Loop
         }
         None => tokio::spawn(async {}),
     };
+    // The CSI driver's attachments keep a volume in use (docs/design.md §5.1).
+    ctx.index.csi().expect_attachments();
+    let attachment_task = tokio::spawn(
+        AttachmentWatcher { ctx: ctx.clone() }
+            .run(Api::all(client.clone()), shutdown.clone())
+            .instrument(info_span!("attachment_watcher")),
+    );
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let pv_task = tokio::spawn(
         PvWatcher {
@@ -133,6 +141,7 @@ pub(super) fn spawn(args: &RunArgs, started: &Started, parts: Assembled) -> Loop
             sync_task,
             pv_task,
             pod_task,
+            attachment_task,
             watch_task,
             gained_task,
         ],

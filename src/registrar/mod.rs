@@ -117,7 +117,13 @@ pub struct RegistrarConfig {
     pub mode: RegistrarModeGate,
     /// How soon a path is looked at again while the driver's syncer registers.
     pub follow_poll: Duration,
+    /// Who else uses a volume ID (the CSI driver's PVs and VolumeAttachments after
+    /// cut-over): a volume with users is never unregistered (docs/design.md §5.1).
+    pub volume_users: Option<VolumeUsers>,
 }
+
+/// The users of a CNS volume ID outside volmig's paths (empty: none).
+pub type VolumeUsers = Arc<dyn Fn(&VolumeId) -> Vec<String> + Send + Sync>;
 
 /// Looks up the volume IDs the CSI driver's cache holds for a path.
 pub type DriverIds = Arc<dyn Fn(&VolumePath) -> Vec<VolumeId> + Send + Sync>;
@@ -142,7 +148,14 @@ impl RegistrarConfig {
             metrics: None,
             mode: RegistrarModeGate::always_own(),
             follow_poll: DEFAULT_FOLLOW_POLL,
+            volume_users: None,
         }
+    }
+
+    /// Never unregisters a volume that `users` names users of.
+    pub fn with_volume_users(mut self, users: VolumeUsers) -> Self {
+        self.volume_users = Some(users);
+        self
     }
 
     /// Creates only while `mode` says volmig is the registrar.
@@ -291,6 +304,15 @@ impl Registrar {
     pub async fn register_raw(&self, raw: &str) -> Result<Registration, RegisterError> {
         let path = VolumePath::parse(raw)?;
         self.register(&path).await
+    }
+
+    /// The users of volume `id` outside volmig's paths (docs/design.md §5.1).
+    fn users_of(&self, id: &VolumeId) -> Vec<String> {
+        self.config
+            .volume_users
+            .as_ref()
+            .map(|users| users(id))
+            .unwrap_or_default()
     }
 
     /// The stored volume ID of `path`, never calling the backend.

@@ -70,6 +70,16 @@ impl Registrar {
             }
         }
         ids.extend(found.into_iter().filter(|v| v.name == name).map(|v| v.id));
+        // A volume the CSI driver's PVs or attachments use after cut-over stays
+        // registered (docs/design.md §5.1).
+        ids.retain(|id| {
+            let users = self.users_of(id);
+            if !users.is_empty() {
+                warn!(%path, volume_id = %id, ?users,
+                    "not unregistering: the CSI driver's objects use this volume");
+            }
+            users.is_empty()
+        });
 
         // Both status writes are leader-fenced and conditional on the state this decision
         // was made on (docs/design.md §4.9): an object recreated and registered anew
@@ -105,6 +115,11 @@ impl Registrar {
         let _key = self.locks.lock(path).await;
         if self.load(path).await?.is_some() || self.unsaved_map().contains_key(path) {
             info!(%path, %id, "orphan is tracked again; kept");
+            return Ok(false);
+        }
+        let users = self.users_of(id);
+        if !users.is_empty() {
+            info!(%path, %id, ?users, "orphan is used by the CSI driver's objects; kept");
             return Ok(false);
         }
         self.delete(path, id).await?;

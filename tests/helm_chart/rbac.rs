@@ -34,6 +34,7 @@ fn rbac_is_least_privilege_and_commented() {
     let expected: BTreeMap<String, BTreeSet<String>> = [
         ("/persistentvolumes", want(&["get", "list", "watch"])),
         ("/pods", want(&["get", "list", "watch"])),
+        ("storage.k8s.io/volumeattachments", want(&["list", "watch"])),
         (
             "volmig.io/volumemigrations",
             want(&[

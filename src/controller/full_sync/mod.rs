@@ -188,6 +188,7 @@ impl FullSync {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let driver_ids = self.driver_ids(&pvs);
+        let in_use = self.ctx.index.csi().ids_in_use();
         let planned = plan(&plan::PassInputs {
             pvs: &pvs,
             migrations: &migrations,
@@ -196,6 +197,7 @@ impl FullSync {
             gc_orphans: self.gc_orphans,
             cluster_id: self.ctx.registrar.cluster_id(),
             driver_ids: &driver_ids,
+            in_use: &in_use,
         });
         *self.absent.lock().unwrap_or_else(PoisonError::into_inner) = planned.absent.clone();
         self.ctx

@@ -224,6 +224,9 @@ pub struct PassInputs<'a> {
     pub cluster_id: &'a str,
     /// IDs the CSI driver's cache holds, by canonical path.
     pub driver_ids: &'a HashMap<VolumePath, Vec<String>>,
+    /// Volume IDs the CSI driver's PVs and VolumeAttachments use: never orphans
+    /// (docs/design.md §5.1).
+    pub in_use: &'a HashSet<String>,
 }
 
 #[path = "plan_ids.rs"]
@@ -432,6 +435,7 @@ pub fn plan(inputs: &PassInputs<'_>) -> PassPlan {
             v.name.starts_with(CNS_NAME_PREFIX)
                 && of_this_cluster_alone(v, inputs.cluster_id)
                 && !known(&v.name)
+                && !inputs.in_use.contains(&v.id.0)
         })
         .collect();
     orphans.sort_unstable_by(|a, b| a.id.cmp(&b.id));

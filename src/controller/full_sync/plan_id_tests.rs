@@ -26,6 +26,7 @@ fn run_with_drivers_id(migrations: &[MigrationRecord], volumes: &[CnsVolume]) ->
         gc_orphans: false,
         cluster_id: CLUSTER,
         driver_ids: &driver,
+        in_use: &HashSet::new(),
     })
 }
 
@@ -79,6 +80,7 @@ fn a_driver_id_of_another_disks_volume_is_never_adopted() {
         gc_orphans: false,
         cluster_id: CLUSTER,
         driver_ids: &driver,
+        in_use: &HashSet::new(),
     });
     assert_eq!(
         out.repairs,

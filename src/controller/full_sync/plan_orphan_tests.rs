@@ -21,6 +21,7 @@ fn pass(volumes: &[CnsVolume], gc_orphans: bool) -> PassPlan {
         gc_orphans,
         cluster_id: CLUSTER,
         driver_ids: &HashMap::new(),
+        in_use: &HashSet::new(),
     })
 }
 
@@ -53,4 +54,24 @@ fn another_clusters_volume_is_never_unregistered_whatever_its_name() {
     // cluster ID): cluster A has no PV for it, and still leaves it alone.
     let out = pass(&[of_clusters("b-live", 9, &["cluster-b"])], true);
     assert_eq!(out, PassPlan::default());
+}
+
+/// A volmig volume that a CSI PV or VolumeAttachment uses after cut-over is in use, not
+/// an orphan, whatever `--gc-orphans` says (docs/design.md §5.1).
+#[test]
+fn a_volume_the_csi_driver_uses_is_no_orphan() {
+    let volumes = [of_clusters("mine", 4, &[CLUSTER])];
+    let in_use = HashSet::from(["mine".to_owned()]);
+    let out = plan(&PassInputs {
+        pvs: &HashMap::new(),
+        migrations: &[],
+        volumes: &volumes,
+        absent_before: &HashSet::new(),
+        gc_orphans: true,
+        cluster_id: CLUSTER,
+        driver_ids: &HashMap::new(),
+        in_use: &in_use,
+    });
+    assert_eq!(out.repairs, []);
+    assert_eq!(out.orphans, 0);
 }

@@ -53,6 +53,7 @@ fn run(
         gc_orphans: false,
         cluster_id: CLUSTER,
         driver_ids: &HashMap::new(),
+        in_use: &HashSet::new(),
     })
 }
 
@@ -236,6 +237,7 @@ fn orphans_are_reported_and_collected_only_when_asked() {
         gc_orphans: true,
         cluster_id: CLUSTER,
         driver_ids: &HashMap::new(),
+        in_use: &HashSet::new(),
     });
     assert_eq!(
         out.repairs,

@@ -455,10 +455,11 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
     );
 }
 
+mod csi_users;
 mod fencing;
 mod first_look;
-mod id_write;
 mod follow;
+mod id_write;
 mod interleavings;
 mod markers;
 mod slots;

@@ -193,6 +193,7 @@ pub fn add_builtin_schemas(g: &mut schemars::SchemaGenerator) {
     g.subschema_for::<a::rbac::v1::ClusterRoleBinding>();
     g.subschema_for::<a::policy::v1::PodDisruptionBudget>();
     g.subschema_for::<a::storage::v1::StorageClass>();
+    g.subschema_for::<a::storage::v1::VolumeAttachment>();
     g.subschema_for::<meta::ObjectMeta>();
     g.subschema_for::<meta::Status>();
 }
@@ -332,6 +333,17 @@ fn specs() -> Vec<Spec> {
             &["sc"],
             false,
             SC_COLUMNS,
+        ),
+        // Cluster-scoped with a status subresource, as kube-apiserver serves it
+        // (pkg/registry/storage/volumeattachment/storage/storage.go: the Store and its
+        // StatusREST).
+        spec::<a::storage::v1::VolumeAttachment>(
+            ("storage.k8s.io", "v1", "volumeattachments"),
+            "VolumeAttachment",
+            false,
+            &[],
+            true,
+            NO_COLUMNS,
         ),
     ]
 }
