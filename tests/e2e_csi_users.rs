@@ -114,6 +114,11 @@ async fn csi_users_keep_a_migrated_volume_registered() {
     )
     .await;
     stays_registered(&sim, &path, &id, "the CSI PV and its attachment use it").await;
+    assert_eq!(
+        cluster.events("Unregistered").await,
+        [],
+        "no Event says the registration was removed"
+    );
 
     cluster.delete_pv("static-csi").await;
     stays_registered(&sim, &path, &id, "the attachment outlives its PV").await;

@@ -118,6 +118,19 @@ async fn finalize(
     recreate: Option<VolumePath>,
 ) -> Result<()> {
     let name = vm.metadata.name.clone().unwrap_or_default();
+    // A volume the CSI driver's PVs or attachments use after cut-over stays registered
+    // and published (docs/design.md §5.1): no unregistration, no Event saying so.
+    let unregister = unregister.filter(|path| {
+        let Some(id) = vm.status.as_ref().and_then(|s| s.volume_id.as_deref()) else {
+            return true;
+        };
+        let users = ctx.index.csi().users_of(id);
+        if !users.is_empty() {
+            info!(%path, volume_id = id, ?users,
+                "the CSI driver's objects use the volume; keeping it registered");
+        }
+        users.is_empty()
+    });
     let unregistered = unregister.is_some();
     if let Some(path) = unregister {
         ctx.registrar
