@@ -70,10 +70,7 @@ impl Cluster {
     pub async fn start() -> Cluster {
         let backend = match std::env::var_os("VOLMIG_E2E_KUBECONFIG") {
             Some(path) => Backend::Kubeconfig(path.into()),
-            // An explicit switch, to tell a finding of the real API server from one of
-            // volmig: the same test on the API test server.
-            None if std::env::var(API_ENV).is_ok_and(|v| v == "test-server") => Backend::TestServer,
-            None => Backend::ControlPlane,
+            None => own_api(),
         };
         Cluster::start_on(backend).await
     }
@@ -94,12 +91,12 @@ impl Cluster {
         cluster
     }
 
-    /// Like [`Cluster::start`], but always on a control plane of this test's own (even
+    /// Like [`Cluster::start`], but always on an API server of this test's own (even
     /// when `VOLMIG_E2E_KUBECONFIG` is set) and with `objects` (e.g.
     /// [`chart_rbac_without`]) as the daemon's identity, whatever `VOLMIG_E2E_IDENTITY`
     /// says.
     pub async fn start_with_identity(objects: &[serde_json::Value]) -> Cluster {
-        let mut cluster = Cluster::connect(Backend::ControlPlane).await;
+        let mut cluster = Cluster::connect(own_api()).await;
         cluster.install_chart_identity(objects);
         cluster
     }
@@ -407,9 +404,21 @@ impl Drop for Cluster {
     }
 }
 
-/// The switch: `VOLMIG_E2E_API=test-server` runs [`Cluster::start`]'s tests on the API
-/// test server instead of a control plane of their own.
+/// The switch: `VOLMIG_E2E_API=test-server` runs the tests of [`Cluster::start`] and
+/// [`Cluster::start_with_identity`] on the API test server instead of a control plane of
+/// their own.
 pub const API_ENV: &str = "VOLMIG_E2E_API";
+
+/// A control plane of the test's own, or the API test server when
+/// `VOLMIG_E2E_API=test-server`: an explicit switch, to tell a finding of the real API
+/// server from one of volmig by running the same test on both.
+fn own_api() -> Backend {
+    if std::env::var(API_ENV).is_ok_and(|v| v == "test-server") {
+        Backend::TestServer
+    } else {
+        Backend::ControlPlane
+    }
+}
 
 /// Namespace the chart is rendered for (its ServiceAccount lives there).
 pub const CHART_NAMESPACE: &str = helm::NAMESPACE;
