@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use volmig::VolumePath;
 use volmig::backend::cns::{ApiVersion, CnsBackend, CnsConfig, CnsOptions};
-use volmig::backend::{CreateVolumeRequest, ErrorClass, Protection, VolumeBackend, VolumeId};
+use volmig::backend::{
+    CreateVolumeRequest, ErrorClass, Protection, SendFence, VolumeBackend, VolumeId,
+};
 
 use vcsim::{SimContainerCluster, Vcsim, VcsimOptions};
 
@@ -124,7 +126,10 @@ async fn on_703_every_registered_fcd_gets_keep_after_delete_vm() {
             "7.0.3 registration leaves the flag unset"
         );
         assert_eq!(
-            backend.protect_from_vm_delete(&id).await.unwrap(),
+            backend
+                .protect_from_vm_delete(&id, &SendFence::none())
+                .await
+                .unwrap(),
             Protection::FlagSet
         );
         assert!(backend.is_protected(&id).await.unwrap());
@@ -132,7 +137,10 @@ async fn on_703_every_registered_fcd_gets_keep_after_delete_vm() {
     }
     // Setting it twice is harmless.
     let first = VolumeId(ids.iter().next().unwrap().clone());
-    backend.protect_from_vm_delete(&first).await.unwrap();
+    backend
+        .protect_from_vm_delete(&first, &SendFence::none())
+        .await
+        .unwrap();
 
     let fcds = sim.vslm_objects().await;
     let fcd_ids: BTreeSet<String> = fcds.iter().map(|f| f.id.clone()).collect();
@@ -163,7 +171,10 @@ async fn protecting_an_unknown_volume_is_not_found() {
         sim.set_vcenter_version(release).await;
         let backend = connect(&sim).await;
         let missing = VolumeId::from("00000000-0000-0000-0000-000000000000");
-        let err = backend.protect_from_vm_delete(&missing).await.unwrap_err();
+        let err = backend
+            .protect_from_vm_delete(&missing, &SendFence::none())
+            .await
+            .unwrap_err();
         assert_eq!(err.class, ErrorClass::NotFound, "{release}: {err}");
         let err = backend.is_protected(&missing).await.unwrap_err();
         assert_eq!(err.class, ErrorClass::NotFound, "{release}: {err}");
@@ -184,7 +195,10 @@ async fn on_803_registration_protects_and_no_vslm_call_is_made() {
             .await
             .unwrap();
         assert_eq!(
-            backend.protect_from_vm_delete(&id).await.unwrap(),
+            backend
+                .protect_from_vm_delete(&id, &SendFence::none())
+                .await
+                .unwrap(),
             Protection::ByRegistration
         );
         ids.push(id);
@@ -256,7 +270,10 @@ async fn on_803_a_volume_registered_earlier_is_protected_by_registering_it_again
     sim.clear_creates().await;
     sim.reset_stats().await;
 
-    let protection = backend.protect_from_vm_delete(&id).await.unwrap();
+    let protection = backend
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap();
     assert_eq!(protection, Protection::ByReRegistration);
     assert!(
         sim_keeps(&sim, &id).await,
@@ -305,7 +322,10 @@ async fn below_803_a_flag_that_does_not_stick_is_not_protection() {
         .unwrap();
     sim.patch_modes(serde_json::json!({ "vslmSetFlagsIgnored": true }))
         .await;
-    let protection = backend.protect_from_vm_delete(&id).await.unwrap();
+    let protection = backend
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap();
     assert_eq!(protection, Protection::NotKept);
     assert!(!sim_keeps(&sim, &id).await);
     let stats = sim.stats().await;
@@ -314,7 +334,10 @@ async fn below_803_a_flag_that_does_not_stick_is_not_protection() {
 
     sim.patch_modes(serde_json::json!({ "vslmSetFlagsIgnored": false }))
         .await;
-    let protection = backend.protect_from_vm_delete(&id).await.unwrap();
+    let protection = backend
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap();
     assert_eq!(protection, Protection::FlagSet);
     assert!(sim_keeps(&sim, &id).await);
 }

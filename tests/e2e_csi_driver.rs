@@ -17,96 +17,17 @@ mod e2e;
 #[path = "support/vcsim.rs"]
 mod vcsim;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use csi_driver::verdict::{creates_by_volmig, end_state_gap, live_pvs, sample_duplicates};
 use csi_driver::{CsiDriverDouble, DriverOptions};
-use e2e::{Cluster, Daemon, phase, volume_id, wait_for};
+use e2e::{Cluster, Daemon, phase, wait_for};
 use kube::api::{Api, ListParams};
 use vcsim::{Vcsim, VcsimOptions};
-use volmig::VolumePath;
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
 use volmig::volume_migration::Phase;
 
-fn canonical(raw: &str) -> String {
-    VolumePath::parse(raw).unwrap().canonical()
-}
-
-/// Every live in-tree PV: name → raw path.
-async fn live_pvs(cluster: &Cluster) -> BTreeMap<String, String> {
-    cluster
-        .pvs()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|pv| {
-            let raw = pv.spec?.vsphere_volume?.volume_path;
-            Some((pv.metadata.name?, raw))
-        })
-        .collect()
-}
-
-/// Why the end state is not reached yet (`None`: reached): for every live PV its raw
-/// spelling hits the double's cache with the one CNS volume of its vmdk, and volmig's
-/// status holds that ID.
-async fn end_state_gap(cluster: &Cluster, sim: &Vcsim, driver: &CsiDriverDouble) -> Option<String> {
-    let cache = driver.cache_snapshot();
-    let volumes = sim.volumes().await;
-    for (pv, raw) in live_pvs(cluster).await {
-        let path = canonical(&raw);
-        let ids: Vec<&str> = volumes
-            .iter()
-            .filter(|v| v.backing_path == path)
-            .map(|v| v.id.as_str())
-            .collect();
-        let [id] = ids.as_slice() else {
-            return Some(format!("{pv}: CNS volumes {ids:?}"));
-        };
-        if cache.get(&raw).map(String::as_str) != Some(*id) {
-            return Some(format!(
-                "{pv} ({raw:?}): cache {:?}, CNS {id}",
-                cache.get(&raw)
-            ));
-        }
-        let vm = cluster.migration(&path).await;
-        let status = vm.as_ref().and_then(volume_id);
-        if status.as_deref() != Some(*id) || vm.as_ref().and_then(phase) != Some(Phase::Registered)
-        {
-            return Some(format!("{pv}: volmig status {status:?}, CNS {id}"));
-        }
-    }
-    None
-}
-
-/// Samples `sim.duplicates()` every 2 s until dropped; keeps every non-empty sample.
-fn sample_duplicates(sim: &Arc<Vcsim>) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (sim, out) = (Arc::clone(sim), Arc::clone(&seen));
-    let task = tokio::spawn(async move {
-        loop {
-            let dups = sim.duplicates().await;
-            if !dups.is_empty() {
-                out.lock().unwrap().push(format!("{dups:?}"));
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
-    });
-    (seen, task)
-}
-
-/// Creates made by volmig (its CNS names start with `volmig-`), and all creates.
-async fn creates_by_volmig(sim: &Vcsim) -> (Vec<String>, usize) {
-    let creates = sim.creates().await;
-    let names = creates
-        .iter()
-        .map(|c| c.name.clone())
-        .filter(|n| n.starts_with("volmig-"))
-        .collect();
-    (names, creates.len())
-}
 
 /// Waits until the double completes a full-sync pass after now.
 async fn after_next_full_sync(driver: &CsiDriverDouble) {

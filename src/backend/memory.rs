@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
-    VolumeBackend, VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, SendFence,
+    TaskState, VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::compact_text::{CompactText, UpperDigits};
 use crate::volume_path::VolumePath;
@@ -419,7 +419,7 @@ impl VolumeBackend for InMemoryBackend {
         Ok(VolumePage { volumes, next })
     }
 
-    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+    async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         let (_g, fault) = self.enter(op::PROTECT).await;
         if let Some(Fault::Fail(class)) = fault {
             return Err(injected(class, op::PROTECT));
@@ -430,6 +430,11 @@ impl VolumeBackend for InMemoryBackend {
         }
         if s.fresh.remove(id) {
             return Ok(Protection::ByRegistration);
+        }
+        if s.registration_protects {
+            fence
+                .check()
+                .map_err(|why| BackendError::called_off(op::PROTECT, why))?;
         }
         // From 8.0.3 a registration by ID sets the flag (CNS answers AlreadyRegistered);
         // below, VSLM sets it unless told not to, and it is read back.

@@ -32,7 +32,9 @@ async fn protection_before_803_sets_the_flag_and_counts_calls() {
     assert!(!mem.has_keep_flag(&id));
     assert!(!mem.is_protected(&id).await.unwrap());
     assert_eq!(
-        mem.protect_from_vm_delete(&id).await.unwrap(),
+        mem.protect_from_vm_delete(&id, &SendFence::none())
+            .await
+            .unwrap(),
         Protection::FlagSet
     );
     assert!(mem.has_keep_flag(&id));
@@ -40,12 +42,18 @@ async fn protection_before_803_sets_the_flag_and_counts_calls() {
     assert_eq!(mem.calls(op::PROTECT), 1);
     assert_eq!(mem.calls(op::IS_PROTECTED), 2);
     let missing = VolumeId::from("nope");
-    let err = mem.protect_from_vm_delete(&missing).await.unwrap_err();
+    let err = mem
+        .protect_from_vm_delete(&missing, &SendFence::none())
+        .await
+        .unwrap_err();
     assert_eq!(err.class, ErrorClass::NotFound);
     let err = mem.is_protected(&missing).await.unwrap_err();
     assert_eq!(err.class, ErrorClass::NotFound);
     mem.inject(op::PROTECT, Fault::Fail(ErrorClass::Transient), 1);
-    let err = mem.protect_from_vm_delete(&id).await.unwrap_err();
+    let err = mem
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap_err();
     assert_eq!(err.class, ErrorClass::Transient);
     assert_eq!(mem.calls(op::PROTECT), 3);
 }
@@ -58,7 +66,9 @@ async fn from_803_registration_protects_and_nothing_is_set() {
     assert!(mem.has_keep_flag(&id), "registration sets the flag");
     assert!(mem.is_protected(&id).await.unwrap());
     assert_eq!(
-        mem.protect_from_vm_delete(&id).await.unwrap(),
+        mem.protect_from_vm_delete(&id, &SendFence::none())
+            .await
+            .unwrap(),
         Protection::ByRegistration
     );
     assert!(Protection::ByRegistration.is_protected());
@@ -101,7 +111,10 @@ async fn from_803_a_volume_registered_earlier_is_protected_by_registering_it_aga
     let id = registered(&mem, "[ds] d.vmdk").await;
     mem.set_registration_protects(true);
     assert!(!mem.is_protected(&id).await.unwrap(), "read, not assumed");
-    let protection = mem.protect_from_vm_delete(&id).await.unwrap();
+    let protection = mem
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap();
     assert_eq!(protection, Protection::ByReRegistration);
     assert!(mem.has_keep_flag(&id), "the re-registration set the flag");
     assert!(mem.is_protected(&id).await.unwrap());
@@ -112,13 +125,18 @@ async fn before_803_a_flag_that_does_not_stick_is_not_protection() {
     let mem = InMemoryBackend::new();
     let id = registered(&mem, "[ds] e.vmdk").await;
     mem.set_flags_ignored(true);
-    let protection = mem.protect_from_vm_delete(&id).await.unwrap();
+    let protection = mem
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await
+        .unwrap();
     assert_eq!(protection, Protection::NotKept);
     assert!(!protection.is_protected());
     assert!(!mem.has_keep_flag(&id));
     mem.set_flags_ignored(false);
     assert_eq!(
-        mem.protect_from_vm_delete(&id).await.unwrap(),
+        mem.protect_from_vm_delete(&id, &SendFence::none())
+            .await
+            .unwrap(),
         Protection::FlagSet
     );
     assert!(mem.has_keep_flag(&id));

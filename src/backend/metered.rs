@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
-    VolumeBackend, VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, SendFence,
+    TaskState, VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::metrics::{BackendResult, Metrics};
 use crate::volume_path::VolumePath;
@@ -111,8 +111,8 @@ impl VolumeBackend for MeteredBackend {
         self.metered(op::FIND, self.inner.volumes_by_id(ids)).await
     }
 
-    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
-        self.metered(op::PROTECT, self.inner.protect_from_vm_delete(id))
+    async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
+        self.metered(op::PROTECT, self.inner.protect_from_vm_delete(id, fence))
             .await
     }
 
@@ -274,13 +274,16 @@ mod tests {
             .expect("create");
         assert!(!backend.is_protected(&id).await.expect("read flag"));
         assert_eq!(
-            backend.protect_from_vm_delete(&id).await.expect("protect"),
+            backend
+                .protect_from_vm_delete(&id, &SendFence::none())
+                .await
+                .expect("protect"),
             crate::backend::Protection::FlagSet
         );
         assert!(mem.has_keep_flag(&id));
         assert!(backend.is_protected(&id).await.expect("read flag"));
         let err = backend
-            .protect_from_vm_delete(&VolumeId::from("gone"))
+            .protect_from_vm_delete(&VolumeId::from("gone"), &SendFence::none())
             .await
             .expect_err("unknown volume");
         assert_eq!(err.class, ErrorClass::NotFound);

@@ -351,9 +351,11 @@ pub trait VolumeBackend: Send + Sync + 'static {
     /// (the volume this backend just created is protected by that create). Never answers a
     /// protecting [`Protection`] without a call that set or read the flag. Idempotent. A
     /// volume that does not exist is an error of class [`ErrorClass::NotFound`]. Backends
-    /// without the notion answer `Permanent`.
-    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
-        let _ = id;
+    /// without the notion answer `Permanent`. `fence` is asked right before a registration
+    /// is sent (from 8.0.3 protecting is a create: only the registrar may send it,
+    /// docs/design.md §8.2); a refusal is a [`BackendError::called_off`] error.
+    async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
+        let _ = (id, fence);
         Err(not_supported(op::PROTECT))
     }
 

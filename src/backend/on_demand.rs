@@ -26,8 +26,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
-    VolumeBackend, VolumeId, VolumePage,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, SendFence,
+    TaskState, VolumeBackend, VolumeId, VolumePage,
 };
 use crate::credentials::Version;
 use crate::volume_path::VolumePath;
@@ -346,8 +346,8 @@ impl VolumeBackend for OnDemandBackend {
         self.forward(|b| async move { b.volumes_by_id(ids).await })
             .await
     }
-    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
-        self.forward(|b| async move { b.protect_from_vm_delete(id).await })
+    async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
+        self.forward(|b| async move { b.protect_from_vm_delete(id, fence).await })
             .await
     }
     async fn is_protected(&self, id: &VolumeId) -> Result<bool> {

@@ -80,7 +80,7 @@ pub(super) async fn assemble(
     registrar_config = registrar_config
         .with_volume_users(Arc::new(move |id| users.csi().users_of(&id.0)));
     let syncer_lease = args.driver.syncer_lease();
-    let hold = args.hold_driver_syncer.then(|| registrar_mode::Hold {
+    let hold = registrar_mode::Hold {
         config: crate::syncer_lease::HolderConfig::new(
             &syncer_lease.namespace,
             &syncer_lease.lease_name,
@@ -89,7 +89,11 @@ pub(super) async fn assemble(
         ),
         leader: leader.watch.clone(),
         hand_over: hand_over::check(index.clone(), cache.clone(), driver.clone()),
-    });
+        policy: crate::syncer_lease::TakePolicy {
+            hold: args.hold_driver_syncer,
+            grace,
+        },
+    };
     let events = Events::in_namespace(client.clone(), holder_id, &args.events_namespace);
     let (mode_gate, mode_tasks) = registrar_mode::start(
         client,

@@ -2,32 +2,34 @@
 //! syncer Lease and controller Deployment feed the gate the registrar checks before each
 //! create, the `volmig_registrar_mode` metric, an Event on the Lease at every change, and a
 //! re-run of every VolumeMigration when volmig becomes the registrar (paths that waited for
-//! the driver are registered at once). With `--hold-driver-syncer` the leading replica also
-//! holds that Lease until the hand-over.
+//! the driver are registered at once). The leading replica holds that Lease whenever volmig
+//! registers: for good without a driver, until the hand-over with `--hold-driver-syncer`.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info_span, warn};
 
 use crate::controller::{MigrationCache, WorkQueue};
 use crate::k8s::events::{EventType, Events, reason};
 use crate::metrics::Metrics;
 use crate::syncer_lease::{
-    HandOverCheck, HoldPhase, HolderConfig, RegistrarMode, RegistrarModeGate, SyncerLeaseConfig,
-    SyncerObserver, hold_syncer_lease, watch_syncer_lease,
+    HandOverCheck, HolderConfig, RegistrarMode, RegistrarModeGate, SyncerLeaseConfig,
+    SyncerObserver, TakePolicy, hold_syncer_lease, watch_syncer_lease,
 };
 
-/// What hold mode needs (`--hold-driver-syncer`).
+/// What holding the syncer's Lease needs.
 pub(super) struct Hold {
     /// The Lease as volmig writes it.
     pub config: HolderConfig,
     /// True while this replica leads volmig.
     pub leader: watch::Receiver<bool>,
-    /// Whether every path is Registered and published.
+    /// Whether every path is Registered and published (asked with `--hold-driver-syncer`).
     pub hand_over: HandOverCheck,
+    /// When volmig may take the Lease.
+    pub policy: TakePolicy,
 }
 
 /// Everything the registrar mode reports to.
@@ -38,52 +40,43 @@ pub(super) struct Outputs {
     pub queue: WorkQueue,
 }
 
-/// Starts the watches (and the holder); `lease_name` empty: volmig always registers (no
-/// task).
+/// Starts the watches and the holder; `lease_name` empty: volmig registers without any
+/// Lease (no task).
 pub(super) fn start(
     client: &kube::Client,
     config: SyncerLeaseConfig,
-    hold: Option<Hold>,
+    hold: Hold,
     out: Outputs,
     shutdown: CancellationToken,
 ) -> (RegistrarModeGate, Vec<JoinHandle<()>>) {
     if config.lease_name.is_empty() {
-        info!(
-            "--driver-syncer-lease is empty: volmig registers without following the CSI driver's syncer"
+        warn!(
+            "--driver-syncer-lease is empty: volmig registers without holding the CSI driver's syncer Lease; never run it so beside the CSI driver"
         );
-        out.metrics.set_registrar_mode(RegistrarMode::Own.label());
+        out.metrics
+            .set_registrar_mode(RegistrarMode::Unguarded.label());
         return (RegistrarModeGate::always_own(), Vec::new());
     }
     out.metrics
         .set_registrar_mode(RegistrarMode::Unknown.label());
-    let mut observer = if config.deployment.is_empty() {
-        SyncerObserver::default()
-    } else {
-        SyncerObserver::watching_deployment()
-    };
-    if hold.is_some() {
-        // Until the holder has looked, creating needs a hold: a replica that just became
-        // the leader must not create before it holds the Lease.
-        observer.set_hold(HoldPhase::Acquiring);
-    }
+    // Until the holder has taken the Lease nothing is created: a replica that just became
+    // the leader must not create before it holds it.
+    let observer = SyncerObserver::new(hold.policy, !config.deployment.is_empty());
     let observer = Arc::new(Mutex::new(observer));
     let gate = RegistrarModeGate::observing(observer.clone());
     let hold_changed = Arc::new(Notify::new());
-    let mut tasks = Vec::new();
-    if let Some(hold) = hold {
-        tasks.push(tokio::spawn(
-            hold_syncer_lease(
-                client.clone(),
-                hold.config,
-                observer.clone(),
-                hold_changed.clone(),
-                hold.leader,
-                hold.hand_over,
-                shutdown.clone(),
-            )
-            .instrument(info_span!("syncer_lease_hold")),
-        ));
-    }
+    let mut tasks = vec![tokio::spawn(
+        hold_syncer_lease(
+            client.clone(),
+            hold.config,
+            observer.clone(),
+            hold_changed.clone(),
+            hold.leader,
+            hold.hand_over,
+            shutdown.clone(),
+        )
+        .instrument(info_span!("syncer_lease_hold")),
+    )];
     let (namespace, lease) = (config.namespace.clone(), config.lease_name.clone());
     let on_change = move |mode: &RegistrarMode| {
         out.metrics.set_registrar_mode(mode.label());

@@ -2,10 +2,10 @@
 //! keeping the disk of a registered volume when its VM is deleted, and taking over the ID
 //! the driver's cache holds.
 
-use tracing::{instrument, warn};
+use tracing::{info, instrument, warn};
 
 use super::{HeldSlot, Lane, RegisterError, Registrar, StatusUpdate, StoreErrorKind};
-use crate::backend::VolumeId;
+use crate::backend::{SendFence, VolumeId};
 use crate::volume_path::VolumePath;
 
 impl Registrar {
@@ -21,9 +21,10 @@ impl Registrar {
         if self.fence(path).is_err() {
             return false;
         }
+        let fence = self.registration_fence();
         match self
             .call_held(path, held, Lane::Started, || {
-                self.backend.protect_from_vm_delete(volume_id)
+                self.backend.protect_from_vm_delete(volume_id, &fence)
             })
             .await
         {
@@ -33,12 +34,31 @@ impl Registrar {
                     "the disk is not known to be protected from VM deletion; full sync tries again");
                 false
             }
+            Err(RegisterError::Backend { source: e, .. }) if e.is_called_off() => {
+                info!(%path, %volume_id, reason = %e,
+                    "protecting the disk from VM deletion registers it again, which only the holder of the CSI driver's syncer Lease may do; full sync tries again");
+                false
+            }
             Err(e) => {
                 warn!(%path, %volume_id, error = %crate::error_chain(&e),
                     "could not protect the disk from VM deletion; full sync tries again");
                 false
             }
         }
+    }
+
+    /// Asked right before a registration that only protects a volume (vCenter 8.0.3 and
+    /// later) is sent: it is a create, so it needs leadership and the syncer's Lease like
+    /// one (docs/design.md §8.2, §4.9).
+    fn registration_fence(&self) -> SendFence {
+        let leader = self.config.leader.clone();
+        let mode = self.config.mode.clone();
+        SendFence::new(move || {
+            if !leader.is_open() {
+                return Err("not the leader any more".to_owned());
+            }
+            mode.may_create().map_err(|e| e.to_string())
+        })
     }
 
     /// Protects the disk of the stored volume `volume_id` of `path` from VM deletion and

@@ -1,7 +1,9 @@
-//! Hold mode (`--hold-driver-syncer`, docs/design.md §8.2): the leading volmig replica holds
-//! the driver syncer's Lease itself, so the stock syncer never leads (and never registers on
-//! a miss) until volmig hands it over. Pure: [`decide_hold`] says what to write, [`HoldPhase`]
-//! what the registrar may do; [`super::holder`] does the API calls.
+//! Holding the driver syncer's Lease (docs/design.md §8.2): volmig creates only while its
+//! leading replica holds that Lease itself, so the stock syncer cannot lead (and register on
+//! a miss) at the same time. Without a driver volmig holds it for good (own); with
+//! `--hold-driver-syncer` it hands it over once every path is done (hold). Pure:
+//! [`decide_hold`] says what to write, [`HoldPhase`] what the registrar may do;
+//! [`super::holder`] does the API calls.
 //!
 //! The timing that keeps one registrar across a volmig crash: the Lease is written with
 //! `leaseDurationSeconds` = in-flight grace + [`HOLD_SEND_WINDOW`], and after each successful
@@ -35,7 +37,7 @@ pub fn hold_lease_seconds(in_flight_grace: Duration) -> i32 {
 /// Where this replica stands with the syncer's Lease.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum HoldPhase {
-    /// `--hold-driver-syncer` is off: the Lease is only followed.
+    /// The holder has not looked yet.
     #[default]
     Off,
     /// Not the volmig leader: another replica holds (or will hold) it; this one neither
@@ -66,7 +68,8 @@ pub enum HoldAction {
         /// The holder changes (acquireTime and leaseTransitions change with it).
         takeover: bool,
     },
-    /// The driver's syncer holds it live: wait (volmig follows meanwhile).
+    /// The driver's syncer holds it live, or may not be preempted (its Deployment stands, or
+    /// its last registration may still land): wait, creating nothing.
     Wait,
     /// Clear the holder: hand the Lease over to the driver's syncer.
     Release,
@@ -75,29 +78,23 @@ pub enum HoldAction {
 }
 
 /// Decides the next write for `me`, given the Lease as read, whether this replica wants to
-/// hold it (it leads and has not handed over), and whether the Lease's current holder is a
-/// live driver syncer (renewed within its duration on this process's clock).
-pub fn decide_hold(
-    lease: Option<&LeaseSpec>,
-    me: &str,
-    want: bool,
-    driver_live: bool,
-) -> HoldAction {
+/// hold it (it leads and has not handed over), and whether it may take the Lease from
+/// nobody or from a driver syncer ([`super::SyncerObserver::may_take`]). Another volmig
+/// replica's hold is taken over at once: only the volmig leader holds, and it is this one.
+pub fn decide_hold(lease: Option<&LeaseSpec>, me: &str, want: bool, may_take: bool) -> HoldAction {
     let Some(spec) = lease else {
-        return if want {
-            HoldAction::Create
-        } else {
-            HoldAction::Nothing
+        return match (want, may_take) {
+            (true, true) => HoldAction::Create,
+            (true, false) => HoldAction::Wait,
+            (false, _) => HoldAction::Nothing,
         };
     };
     let holder = spec.holder_identity.as_deref().unwrap_or_default();
     match (want, holder) {
         (true, h) if h == me => HoldAction::Write { takeover: false },
-        (true, h) if h.is_empty() || h.starts_with(VOLMIG_HOLDER_PREFIX) => {
-            HoldAction::Write { takeover: true }
-        }
-        (true, _) if driver_live => HoldAction::Wait,
-        (true, _) => HoldAction::Write { takeover: true },
+        (true, h) if h.starts_with(VOLMIG_HOLDER_PREFIX) => HoldAction::Write { takeover: true },
+        (true, _) if may_take => HoldAction::Write { takeover: true },
+        (true, _) => HoldAction::Wait,
         (false, h) if h == me => HoldAction::Release,
         (false, _) => HoldAction::Nothing,
     }
@@ -117,15 +114,22 @@ mod tests {
     const ME: &str = "volmig/volmig-0";
 
     #[test]
-    fn the_leader_creates_renews_and_takes_over_what_no_live_syncer_holds() {
-        assert_eq!(decide_hold(None, ME, true, false), HoldAction::Create);
-        assert_eq!(
-            decide_hold(Some(&held_by(ME)), ME, true, false),
-            HoldAction::Write { takeover: false }
-        );
-        for free in ["", "volmig/volmig-1"] {
+    fn the_leader_creates_renews_and_takes_what_it_may_take() {
+        assert_eq!(decide_hold(None, ME, true, true), HoldAction::Create);
+        for may_take in [true, false] {
+            assert_eq!(
+                decide_hold(Some(&held_by(ME)), ME, true, may_take),
+                HoldAction::Write { takeover: false },
+                "its own hold is renewed"
+            );
             // Another volmig replica's hold is taken over at once, even while it looks live:
             // only the volmig leader holds, and it is this one now.
+            assert_eq!(
+                decide_hold(Some(&held_by("volmig/volmig-1")), ME, true, may_take),
+                HoldAction::Write { takeover: true },
+            );
+        }
+        for free in ["", "csi-controller-0"] {
             assert_eq!(
                 decide_hold(Some(&held_by(free)), ME, true, true),
                 HoldAction::Write { takeover: true },
@@ -133,22 +137,21 @@ mod tests {
             );
         }
         assert_eq!(
-            decide_hold(Some(&LeaseSpec::default()), ME, true, false),
+            decide_hold(Some(&LeaseSpec::default()), ME, true, true),
             HoldAction::Write { takeover: true }
-        );
-        assert_eq!(
-            decide_hold(Some(&held_by("csi-controller-0")), ME, true, false),
-            HoldAction::Write { takeover: true },
-            "an expired driver hold is taken"
         );
     }
 
     #[test]
-    fn a_live_driver_syncer_is_never_preempted() {
-        assert_eq!(
-            decide_hold(Some(&held_by("csi-controller-0")), ME, true, true),
-            HoldAction::Wait
-        );
+    fn what_may_not_be_taken_is_waited_for_and_never_created() {
+        assert_eq!(decide_hold(None, ME, true, false), HoldAction::Wait);
+        for other in ["", "csi-controller-0"] {
+            assert_eq!(
+                decide_hold(Some(&held_by(other)), ME, true, false),
+                HoldAction::Wait,
+                "{other:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The task that holds the driver syncer's Lease for the volmig leader (`--hold-driver-syncer`,
-//! docs/design.md §8.2), renews it every [`HOLD_RENEW_PERIOD`], and hands it over once every
+//! The task that holds the driver syncer's Lease for the volmig leader (docs/design.md §8.2):
+//! it takes the Lease when [`super::SyncerObserver::may_take`] allows, renews it every
+//! [`HOLD_RENEW_PERIOD`], and — with `--hold-driver-syncer` only — hands it over once every
 //! path is Registered and published. Decisions are [`decide_hold`]'s; this file does the API
 //! calls and keeps [`HoldPhase`] in the observer the registrar's gate reads.
 
@@ -46,10 +47,10 @@ impl HolderConfig {
     }
 }
 
-/// Holds the Lease while this replica leads (`leader`) and until `hand_over` says every path
-/// is done; then releases it and returns. Never releases on losing leadership or on
-/// shutdown: a create in flight stays covered by the Lease's duration, and the next volmig
-/// leader takes the Lease over at once.
+/// Holds the Lease while this replica leads (`leader`) — with `--hold-driver-syncer` until
+/// `hand_over` says every path is done; then releases it and returns. Never releases on
+/// losing leadership or on shutdown: a create in flight stays covered by the Lease's
+/// duration, and the next volmig leader takes the Lease over at once.
 pub async fn hold_syncer_lease(
     client: kube::Client,
     config: HolderConfig,
@@ -128,24 +129,55 @@ impl Holder {
             }
         };
         let spec = found.as_ref().and_then(|l| l.spec.as_ref());
-        match hand_over() {
-            Ok(()) => {
-                self.release(found.clone()).await;
-                return Step::HandedOver;
-            }
-            Err(missing) if missing != *waiting_for => {
-                info!(lease = %self.lease, "holding the CSI driver's syncer Lease until every in-tree path is Registered and published: {missing}");
-                *waiting_for = missing;
-            }
-            Err(_) => {}
+        let now = Instant::now();
+        let (hands_over, want, may_take, wait) = {
+            let observer = self.observer();
+            // Look again as soon as the answer may change: the Lease or the Deployment read
+            // for the first time, or a grace running out.
+            let wait = if observer.has_read() {
+                observer
+                    .expires_at(now)
+                    .map_or(HOLD_RENEW_PERIOD, |at| at - now)
+                    .clamp(Duration::from_millis(100), HOLD_RENEW_PERIOD)
+            } else {
+                Duration::from_millis(200)
+            };
+            (
+                observer.hands_over(),
+                observer.wants_hold(),
+                observer.may_take(now),
+                wait,
+            )
+        };
+        if !want {
+            return Step::HandedOver;
         }
-        let driver_live = self.observer().driver_lease_live(Instant::now());
-        let action = decide_hold(spec, &self.config.holder, true, driver_live);
+        if hands_over {
+            match hand_over() {
+                Ok(()) => {
+                    self.release(found.clone()).await;
+                    return Step::HandedOver;
+                }
+                Err(missing) if missing != *waiting_for => {
+                    info!(lease = %self.lease, "holding the CSI driver's syncer Lease until every in-tree path is Registered and published: {missing}");
+                    *waiting_for = missing;
+                }
+                Err(_) => {}
+            }
+        }
+        let action = decide_hold(spec, &self.config.holder, true, may_take.is_ok());
         let sent_at = Instant::now();
         let written = match action {
             HoldAction::Wait => {
+                if let Err(why) = may_take
+                    && why != *waiting_for
+                {
+                    info!(lease = %self.lease, "volmig does not take the CSI driver's syncer Lease and creates nothing: {why}");
+                    *waiting_for = why;
+                }
+                // The Lease as read is not this replica's: whatever was held is gone.
                 self.set(HoldPhase::Acquiring);
-                return Step::Again(HOLD_RENEW_PERIOD);
+                return Step::Again(wait);
             }
             HoldAction::Nothing | HoldAction::Release => return Step::Again(HOLD_RENEW_PERIOD),
             HoldAction::Create => {
@@ -177,6 +209,7 @@ impl Holder {
             Ok(_) => {
                 if action != (HoldAction::Write { takeover: false }) {
                     info!(lease = %self.lease, holder = %self.config.holder, seconds = self.config.lease_seconds,
+                        hand_over = hands_over,
                         "holding the CSI driver's syncer Lease: its syncer cannot lead, volmig registers");
                 }
                 self.set(HoldPhase::Held {

@@ -15,15 +15,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::deployment::syncer_without_election;
+use super::deployment::{DriverPresence, presence};
 use super::{RegistrarMode, SyncerLeaseConfig, SyncerObserver};
 
 /// One thing the watches saw.
 enum Seen {
     /// The Lease's spec (`None`: no Lease).
     Lease(Result<Option<LeaseSpec>, kube::runtime::watcher::Error>),
-    /// What the Deployment says ([`syncer_without_election`]).
-    Deployment(Result<Option<String>, kube::runtime::watcher::Error>),
+    /// What the Deployment says ([`presence`]).
+    Deployment(Result<DriverPresence, kube::runtime::watcher::Error>),
 }
 
 /// Watches the syncer Lease (and the Deployment, when `config` names one) of `config` into
@@ -48,9 +48,7 @@ pub async fn watch_syncer_lease(
         let deployments: Api<Deployment> = Api::namespaced(client, &config.namespace);
         watch_object(deployments, &config.deployment)
             .default_backoff()
-            .map(|found| {
-                Seen::Deployment(found.map(|d| d.as_ref().and_then(syncer_without_election)))
-            })
+            .map(|found| Seen::Deployment(found.map(|d| presence(d.as_ref()))))
             .boxed()
     };
     let mut events = stream::select(lease_events, deployment_events);
@@ -77,7 +75,7 @@ pub async fn watch_syncer_lease(
             Some(Seen::Lease(Ok(spec))) => lock().on_lease(spec.as_ref(), Instant::now()),
             Some(Seen::Deployment(Err(e))) => warn!(%deployment, error = %e,
                 "cannot read the CSI driver's controller Deployment; until it is read volmig creates no CNS volume (RBAC: get/list/watch on this Deployment)"),
-            Some(Seen::Deployment(Ok(unelected))) => lock().on_deployment(unelected),
+            Some(Seen::Deployment(Ok(presence))) => lock().on_deployment(presence, Instant::now()),
         }
         let mode = lock().mode(Instant::now());
         if mode != reported {

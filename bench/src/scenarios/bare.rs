@@ -17,7 +17,7 @@ use anyhow::{Context as _, ensure};
 use volmig::VolumePath;
 use volmig::backend::cns::{CnsBackend, CnsConfig, CnsOptions};
 use volmig::backend::metered::MeteredBackend;
-use volmig::backend::{CreateVolumeRequest, VolumeBackend, list_all_volumes};
+use volmig::backend::{CreateVolumeRequest, SendFence, VolumeBackend, list_all_volumes};
 use volmig::metrics::Metrics;
 use volmig::registrar::{CallGate, Lane, LeaderGate};
 
@@ -200,7 +200,9 @@ async fn register(
     drop(permit);
     let permit = slot(Lane::Started).await?;
     // As in the registrar, a failed protection does not fail the registration.
-    let _ = backend.protect_from_vm_delete(&id).await;
+    let _ = backend
+        .protect_from_vm_delete(&id, &SendFence::none())
+        .await;
     drop(permit);
     Ok(())
 }

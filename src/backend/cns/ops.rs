@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 
 use crate::backend::{
-    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, TaskState,
-    VolumeBackend, VolumeId, VolumePage, op,
+    BackendError, CnsVolume, CreateVolumeRequest, ErrorClass, Protection, Result, SendFence,
+    TaskState, VolumeBackend, VolumeId, VolumePage, op,
 };
 use crate::volume_path::VolumePath;
 
@@ -115,7 +115,7 @@ impl CnsBackend {
     /// `CnsAlreadyRegisteredFault`, which counts as success as in the driver's
     /// `createVolume` (`manager.go:995-1016`, `util.go:313-327`). Unlike the driver, an
     /// answer naming another volume is an error, not protection.
-    async fn register_again(&self, id: &VolumeId) -> Result<Protection> {
+    async fn register_again(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         let client = &self.inner.client;
         let what = format!("CNS volume {id}");
         let found = volumes::query_ids(client, op::PROTECT, std::slice::from_ref(id))
@@ -124,14 +124,9 @@ impl CnsBackend {
         let Some(volume) = found.first() else {
             return Err(volumes::volume_not_found(op::PROTECT, id));
         };
-        let task = volumes::start_create(
-            client,
-            op::PROTECT,
-            spec_again(volume),
-            &crate::backend::SendFence::none(),
-        )
-        .await
-        .map_err(|e| fault::about(e, &what))?;
+        let task = volumes::start_create(client, op::PROTECT, spec_again(volume), fence)
+            .await
+            .map_err(|e| fault::about(e, &what))?;
         let outcome =
             task::wait::<BatchResult>(client, op::PROTECT, &task, self.inner.task_timeout, &what)
                 .await?;
@@ -403,14 +398,14 @@ impl VolumeBackend for CnsBackend {
             .collect())
     }
 
-    async fn protect_from_vm_delete(&self, id: &VolumeId) -> Result<Protection> {
+    async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         if self.inner.version.registration_protects() {
             // The create that just returned this ID set the flag; any other volume is
             // registered again by its ID, as the driver does.
             if self.inner.vslm.take_registered(id) {
                 return Ok(Protection::ByRegistration);
             }
-            return self.register_again(id).await;
+            return self.register_again(id, fence).await;
         }
         let kept = self
             .inner

@@ -1,6 +1,6 @@
 //! While the CSI driver's syncer leads, volmig creates nothing (docs/design.md §8.2): it
-//! adopts the driver's volume, writes no write-ahead, and creates once no live syncer
-//! Lease is seen any more.
+//! adopts the driver's volume, writes no write-ahead, and creates only once it holds the
+//! syncer's Lease itself.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use super::*;
-use crate::syncer_lease::{RegistrarMode, RegistrarModeGate, SyncerObserver};
+use crate::syncer_lease::{HoldPhase, RegistrarMode, RegistrarModeGate, SyncerObserver};
 
 /// A gate over an observer that saw the driver's syncer renew its 30 s Lease just now.
 fn driver_leads() -> (Arc<Mutex<SyncerObserver>>, RegistrarModeGate) {
@@ -31,6 +31,14 @@ fn renew(observer: &Mutex<SyncerObserver>, second: i64) {
         .lock()
         .unwrap()
         .on_lease(Some(&spec), tokio::time::Instant::now());
+}
+
+/// This replica holds the syncer's Lease for the next `seconds` (its holder wrote it).
+fn hold(observer: &Mutex<SyncerObserver>, seconds: u64) {
+    observer.lock().unwrap().set_hold(HoldPhase::Held {
+        holder: "volmig/volmig-0".into(),
+        sends_until: tokio::time::Instant::now() + Duration::from_secs(seconds),
+    });
 }
 
 fn following(gate: RegistrarModeGate) -> RegistrarConfig {
@@ -88,7 +96,7 @@ async fn the_volume_the_driver_registered_is_adopted() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn once_the_syncer_lease_runs_out_volmig_registers() {
+async fn a_lapsed_syncer_lease_is_no_licence_to_create_only_holding_it_is() {
     let (observer, gate) = driver_leads();
     let f = fixture(following(gate));
     let p = path(62);
@@ -100,7 +108,15 @@ async fn once_the_syncer_lease_runs_out_volmig_registers() {
         f.registrar.register(&p).await.is_err(),
         "renewed at 20 s: live until 50 s"
     );
-    tokio::time::advance(Duration::from_secs(5)).await;
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let err = f.registrar.register(&p).await.unwrap_err();
+    assert!(
+        matches!(&err, RegisterError::NotRegistrar { source, .. }
+            if matches!(source.0, RegistrarMode::Waiting { .. } | RegistrarMode::Acquiring)),
+        "lapsed for an hour, still not volmig's: {err}"
+    );
+    assert_eq!(f.backend.calls(op::CREATE), 0);
+    hold(&observer, 30);
     let reg = f.registrar.register(&p).await.unwrap();
     assert!(!reg.adopted);
     assert_eq!(f.backend.calls(op::CREATE), 1);
@@ -115,6 +131,7 @@ async fn a_syncer_that_starts_leading_during_the_write_ahead_stops_the_create() 
         .lock()
         .unwrap()
         .on_lease(None, tokio::time::Instant::now());
+    hold(&observer, 3600);
     let gate = RegistrarModeGate::observing(observer.clone());
     let backend = Arc::new(InMemoryBackend::new());
     let p = path(63);
@@ -136,7 +153,8 @@ async fn a_syncer_that_starts_leading_during_the_write_ahead_stops_the_create() 
     assert!(matches!(err, RegisterError::NotRegistrar { .. }), "{err}");
     assert_eq!(backend.calls(op::CREATE), 0);
 
-    // The syncer stops leading; the next attempt creates without waiting a grace.
+    // The driver's holder is gone and this replica holds the Lease again: the next attempt
+    // creates without waiting a grace (the marker proved nothing in flight).
     observer
         .lock()
         .unwrap()

@@ -1,7 +1,8 @@
 //! The syncer's leader election: `cmd/syncer/main.go` @ bf80902 L210-257 runs client-go's
 //! `leaderelection.RunOrDie` on the Lease `vsphere-syncer` (L214) with `ReleaseOnCancel`
 //! (L255); `OnStartedLeading` runs the syncer (L238-241), `OnStoppedLeading` exits the
-//! process (L242-246).
+//! process (L242-246). `ReleaseOnCancel` never takes effect: nothing cancels the context,
+//! and SIGTERM exits the process in its handler (L139-150), so the Lease is never released.
 //!
 //! client-go's `tryAcquireOrRenew`, as done here: a missing Lease is created; a Lease whose
 //! record (holder, times, duration, transitions) differs from the one last observed is
@@ -168,29 +169,6 @@ impl Elector {
     fn observe(&mut self, lease: &Lease) {
         let record = Record::of(&lease.spec.clone().unwrap_or_default());
         self.observed = Some((record, Instant::now()));
-    }
-
-    /// client-go `release` (`ReleaseOnCancel`): empty holder, duration 1 s, if we hold it.
-    pub async fn release(&mut self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
-            return;
-        };
-        let spec = lease.spec.clone().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return;
-        }
-        let now = MicroTime(jiff::Timestamp::now());
-        lease.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(now.clone()),
-            renew_time: Some(now),
-            ..spec
-        });
-        let _ = self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await;
     }
 }
 

@@ -3,7 +3,11 @@
 //! the test process against the API test server and the simulator harness:
 //!
 //! - its cache of `CnsVSphereVolumeMigration` objects, Add and Delete only ([`cache`]);
-//! - the syncer's leader election on the Lease `vsphere-syncer` ([`lease`]);
+//! - the syncer's leader election on the Lease `vsphere-syncer` ([`lease`]), with
+//!   `replicas` pods campaigning (standbys retry with client-go's jitter), no release on
+//!   SIGTERM, and a process exit when the Lease is lost;
+//! - every leadership term cold: its cache informer starts with the term and is never
+//!   waited for ([`run_term`]);
 //! - while leading: registration on a cache miss on PV events, on pod adds (inline
 //!   volumes) and in each full sync, the PV deletion that unregisters the volume, and the
 //!   stale clean-up ([`syncer`]);
@@ -20,6 +24,7 @@
 pub mod cache;
 pub mod lease;
 pub mod syncer;
+pub mod verdict;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -63,6 +68,20 @@ pub struct DriverOptions {
     /// Register on a PV's watch ADDED too, standing for the PV controller's first status
     /// update (see [`syncer`]); off: only updates and full syncs register.
     pub register_on_pv_add: bool,
+    /// Syncer replicas campaigning for the Lease (3 in the stock manifest,
+    /// `manifests/vanilla/vsphere-csi-driver.yaml:185`); the first one's identity is
+    /// `identity`, the others' `identity-<n>`.
+    pub replicas: usize,
+    /// client-go's `JitterFactor` (1.2): a candidate that did not get the Lease waits
+    /// `retry_period × (1 + 1.2 × rand)` before it tries again (`acquire`'s
+    /// `wait.JitterUntil`, client-go `tools/leaderelection/leaderelection.go`).
+    pub retry_jitter: f64,
+    /// How long the cache informer of a new term takes to deliver its first list (a large
+    /// cluster, a loaded API server); look-ups never wait for it.
+    pub cache_list_delay: Duration,
+    /// Create the driver's controller Deployment (`vsphere-csi-controller`, syncer with
+    /// `--leader-election`, `replicas` replicas) as the stock manifest installs it.
+    pub deployment: bool,
 }
 
 impl Default for DriverOptions {
@@ -79,6 +98,10 @@ impl Default for DriverOptions {
             cluster_id: "e2e-cluster".into(),
             lead: true,
             register_on_pv_add: false,
+            replicas: 1,
+            retry_jitter: 1.2,
+            cache_list_delay: Duration::ZERO,
+            deployment: false,
         }
     }
 }
@@ -102,6 +125,12 @@ pub struct Inner {
     /// Pods handled by `podAdded`.
     pod_adds: AtomicUsize,
     leading: AtomicBool,
+    /// The identity of the pod whose syncer leads now.
+    leader: Mutex<Option<String>>,
+    /// Leadership terms started (each one cold).
+    terms: AtomicUsize,
+    /// Replacement pods created so far (their identities' suffixes).
+    pods_created: AtomicUsize,
     path_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     log: Mutex<Vec<String>>,
     started: Instant,
@@ -119,7 +148,12 @@ impl Inner {
 pub struct CsiDriverDouble {
     inner: Arc<Inner>,
     tasks: JoinSet<()>,
+    /// The syncer pods running now: identity and task.
+    pods: Vec<(String, tokio::task::AbortHandle)>,
 }
+
+/// The controller Deployment's name in the stock manifest.
+pub const DEPLOYMENT: &str = "vsphere-csi-controller";
 
 impl CsiDriverDouble {
     /// Starts the driver: its cache informer and, with `opts.lead`, its syncer's campaign.
@@ -154,21 +188,93 @@ impl CsiDriverDouble {
             full_syncs: AtomicUsize::new(0),
             pod_adds: AtomicUsize::new(0),
             leading: AtomicBool::new(false),
+            leader: Mutex::default(),
+            terms: AtomicUsize::new(0),
+            pods_created: AtomicUsize::new(0),
             path_locks: Mutex::default(),
             log: Mutex::default(),
             started: Instant::now(),
         });
+        if inner.opts.deployment {
+            install_deployment(&inner).await;
+        }
         let mut double = CsiDriverDouble {
             inner,
             tasks: JoinSet::new(),
+            pods: Vec::new(),
         };
         double.spawn();
         double
     }
 
+    /// The driver's pods: with `lead`, one syncer process per replica, each campaigning;
+    /// without, the controller's cache only.
     fn spawn(&mut self) {
         let inner = Arc::clone(&self.inner);
-        self.tasks.spawn(run_process(inner));
+        if !inner.opts.lead {
+            self.tasks.spawn(async move {
+                cache::run_informer(Api::all(inner.client.clone()), &inner.cache).await;
+            });
+            return;
+        }
+        for n in 0..inner.opts.replicas.max(1) {
+            let identity = if n == 0 {
+                inner.opts.identity.clone()
+            } else {
+                format!("{}-{n}", inner.opts.identity)
+            };
+            self.spawn_pod(identity);
+        }
+    }
+
+    fn spawn_pod(&mut self, identity: String) {
+        let handle = self
+            .tasks
+            .spawn(run_pod(Arc::clone(&self.inner), identity.clone()));
+        self.pods.push((identity, handle));
+    }
+
+    /// The pod whose syncer leads now, if one does.
+    pub fn leader(&self) -> Option<String> {
+        lock(&self.inner.leader).clone()
+    }
+
+    /// Leadership terms started so far; each starts with an empty cache.
+    pub fn terms(&self) -> usize {
+        self.inner.terms.load(Ordering::SeqCst)
+    }
+
+    /// `kubectl delete pod <leader>` during a rollout: the leading syncer gets SIGTERM and
+    /// exits at once without releasing its Lease (`cmd/syncer/main.go:139-150` @ bf80902:
+    /// `os.Exit(0)` in the signal handler, so `ReleaseOnCancel` never runs); the ReplicaSet
+    /// starts a replacement pod that campaigns like the others. Returns the deleted pod.
+    pub async fn delete_leader_pod(&mut self) -> Option<String> {
+        let leader = self.leader()?;
+        let index = self.pods.iter().position(|(id, _)| *id == leader)?;
+        let (_, handle) = self.pods.remove(index);
+        handle.abort();
+        while !handle.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        end_term(&self.inner, &leader);
+        self.inner.note(format!(
+            "pod {leader} deleted (SIGTERM: exit without release)"
+        ));
+        let n = self.inner.pods_created.fetch_add(1, Ordering::SeqCst);
+        self.spawn_pod(format!("{}-r{n}", self.inner.opts.identity));
+        Some(leader)
+    }
+
+    /// `kubectl delete deployment`: every pod exits without releasing the Lease and the
+    /// Deployment is gone (the driver is uninstalled).
+    pub async fn uninstall(&mut self) {
+        self.kill().await;
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(self.inner.client.clone(), &self.inner.opts.namespace);
+        let _ = api
+            .delete(DEPLOYMENT, &kube::api::DeleteParams::default())
+            .await;
+        self.inner.note("uninstalled".into());
     }
 
     /// `CnsCreateVolume` calls the double sent (every datacenter attempt counts).
@@ -237,8 +343,9 @@ impl CsiDriverDouble {
         lock(&self.inner.log).clone()
     }
 
-    /// A crash and a container restart: every task stops at once without releasing the
-    /// Lease, then the driver starts again with an empty cache rebuilt from a list.
+    /// A crash and a container restart of every pod (same pod names): every task stops at
+    /// once without releasing the Lease, then each syncer campaigns again; whichever leads
+    /// starts with an empty cache.
     pub async fn restart(&mut self) {
         self.kill().await;
         self.inner.note("restarted".into());
@@ -267,28 +374,18 @@ impl CsiDriverDouble {
         syncer::get_volume_id(&self.inner, raw, register).await
     }
 
-    /// A graceful stop: every task stops and the Lease is released if held
-    /// (`ReleaseOnCancel`, cmd/syncer/main.go:255).
+    /// A graceful stop (SIGTERM to every pod): every task stops and the Lease is left as it
+    /// is — the signal handler exits without releasing it (`cmd/syncer/main.go:139-150`).
     pub async fn stop(&mut self) {
-        let was_leading = self.is_leading();
         self.kill().await;
-        if was_leading {
-            let o = &self.inner.opts;
-            let mut elector = Elector::new(
-                self.inner.client.clone(),
-                &o.namespace,
-                &o.lease_name,
-                &o.identity,
-                o.lease_duration,
-            );
-            elector.release().await;
-        }
         self.inner.note("stopped".into());
     }
 
     async fn kill(&mut self) {
         self.tasks.shutdown().await;
+        self.pods.clear();
         self.inner.leading.store(false, Ordering::SeqCst);
+        *lock(&self.inner.leader) = None;
         lock(&self.inner.cache).forget();
     }
 }
@@ -308,46 +405,94 @@ fn at_least_803(version: &str) -> bool {
         || parts.first().is_some_and(|m| *m > 8)
 }
 
-/// One driver process: the cache informer, and the syncer's campaign. Losing the Lease
-/// exits the process (`OnStoppedLeading`, main.go:242-246): it starts again with an empty
-/// cache.
-async fn run_process(inner: Arc<Inner>) {
-    loop {
-        let mut process = JoinSet::new();
-        let api = Api::all(inner.client.clone());
-        let informer = Arc::clone(&inner);
-        process.spawn(async move {
-            cache::run_informer(api, &informer.cache).await;
-        });
-        if !inner.opts.lead {
-            while process.join_next().await.is_some() {}
-            return;
+/// The driver's controller Deployment as the stock manifest has it (syncer with
+/// `--leader-election`), with every replica available.
+async fn install_deployment(inner: &Inner) {
+    let o = &inner.opts;
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(inner.client.clone(), &o.namespace);
+    let replicas = i32::try_from(o.replicas.max(1)).unwrap_or(1);
+    let lease = format!(
+        "--leader-election-lease-duration={}s",
+        o.lease_duration.as_secs()
+    );
+    let deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": DEPLOYMENT},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": DEPLOYMENT}},
+            "template": {
+                "metadata": {"labels": {"app": DEPLOYMENT}},
+                "spec": {"containers": [
+                    {"name": "vsphere-csi-controller", "image": "csi-vsphere/driver:latest"},
+                    {"name": "vsphere-syncer", "image": "csi-vsphere/syncer:latest",
+                     "args": ["--leader-election", lease]},
+                ]}
+            }
         }
-        campaign_and_lead(&inner).await;
+    }))
+    .expect("the driver's Deployment");
+    let _ = api.create(&PostParams::default(), &deployment).await;
+    let status = serde_json::json!({"status": {
+        "replicas": replicas, "availableReplicas": replicas, "readyReplicas": replicas}});
+    api.patch_status(
+        DEPLOYMENT,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .expect("the driver's Deployment status");
+}
+
+/// client-go's `wait.JitterUntil(…, RetryPeriod, JitterFactor=1.2, …)` pause.
+fn jittered(retry: Duration, factor: f64) -> Duration {
+    retry.mul_f64(1.0 + factor.max(0.0) * rand::random::<f64>())
+}
+
+/// One syncer pod (`cmd/syncer/main.go:207-257`): campaign; lead while renewing; on losing
+/// the Lease `OnStoppedLeading` exits the process (L242-246) and the container restarts,
+/// so every term starts from nothing.
+async fn run_pod(inner: Arc<Inner>, identity: String) {
+    loop {
+        campaign_and_lead(&inner, &identity).await;
+        end_term(&inner, &identity);
+        inner.note(format!("{identity}: stopped leading: exit"));
+    }
+}
+
+/// The term of `identity` ended (lost Lease, pod deleted): nothing of it survives.
+fn end_term(inner: &Inner, identity: &str) {
+    let mut leader = lock(&inner.leader);
+    if leader.as_deref() == Some(identity) {
+        *leader = None;
         inner.leading.store(false, Ordering::SeqCst);
-        inner.note("stopped leading: exit".into());
-        process.shutdown().await;
         lock(&inner.cache).forget();
     }
 }
 
-/// Campaigns, then runs the syncer while renewing; returns when leadership is lost.
-async fn campaign_and_lead(inner: &Arc<Inner>) {
+/// Campaigns (a standby retries every retry period with jitter), then runs the syncer
+/// while renewing every retry period; returns when leadership is lost.
+async fn campaign_and_lead(inner: &Arc<Inner>, identity: &str) {
     let o = &inner.opts;
     let mut elector = Elector::new(
         inner.client.clone(),
         &o.namespace,
         &o.lease_name,
-        &o.identity,
+        identity,
         o.lease_duration,
     );
     while !elector.try_acquire_or_renew().await {
-        tokio::time::sleep(o.retry_period).await;
+        tokio::time::sleep(jittered(o.retry_period, o.retry_jitter)).await;
     }
+    // A new process leads: its caches are empty (the previous leader's were in another
+    // process).
+    lock(&inner.cache).forget();
+    *lock(&inner.leader) = Some(identity.to_owned());
     inner.leading.store(true, Ordering::SeqCst);
-    inner.note("became leader".into());
+    inner.terms.fetch_add(1, Ordering::SeqCst);
+    inner.note(format!("{identity}: became leader"));
     let mut work = JoinSet::new();
-    work.spawn(run_syncer(Arc::clone(inner)));
+    work.spawn(run_term(Arc::clone(inner)));
     let mut last_renewal = Instant::now();
     loop {
         tokio::time::sleep(o.retry_period).await;
@@ -360,15 +505,19 @@ async fn campaign_and_lead(inner: &Arc<Inner>) {
     }
 }
 
-/// The syncer's work while leading: wait for the cache's first list (the syncer's own
-/// informers take longer to sync than one list), then the PV and pod informers, the full sync
-/// (first pass at once: `for ; true; <-fullSyncTicker.C`, metadatasyncer.go:869) and the
-/// stale clean-up ticker.
-async fn run_syncer(inner: Arc<Inner>) {
-    while !lock(&inner.cache).synced() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// One leadership term, started cold: the migration service creates its cache informer on
+/// first use and does not wait for its list (`pkg/apis/migration/migration.go:160-205`,
+/// `informer.Informer().Run` in a goroutine; `pkg/kubernetes/dynamicInformers.go:90-105`
+/// only builds it), so the PV and pod informers and the first full sync (at once:
+/// `for ; true; <-fullSyncTicker.C`, `pkg/syncer/metadatasyncer.go:869`) look up an empty
+/// or partial cache and register what they miss.
+async fn run_term(inner: Arc<Inner>) {
     let mut work = JoinSet::new();
+    let informer = Arc::clone(&inner);
+    work.spawn(async move {
+        tokio::time::sleep(informer.opts.cache_list_delay).await;
+        cache::run_informer(Api::all(informer.client.clone()), &informer.cache).await;
+    });
     work.spawn(syncer::run_pv_informer(Arc::clone(&inner)));
     work.spawn(syncer::run_pod_informer(Arc::clone(&inner)));
     let full = Arc::clone(&inner);
