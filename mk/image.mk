@@ -2,6 +2,7 @@
 #
 #   make image           # the release binary as an OCI image layout in target/oci/volmig
 #   make chart-package   # the chart as target/charts/volmig-<version>.tgz (helm package)
+#   make krew            # the kubectl plugin archive and its krew manifest in target/krew
 #
 # The image layout is written by scripts/oci-image.sh with umoci (Debian's `umoci`);
 # `skopeo` (Debian's) reads it and pushes it:
@@ -34,3 +35,19 @@ chart-package: helm
 	$(HELM) package charts/volmig --destination $(CHART_PACKAGE_DIR)
 
 test-components: image-tools
+
+# The krew plugin archive and manifest (krew/volmig.yaml with the archive's sha256).
+KREW_DIR ?= $(TARGET_DIR)/krew
+KREW_ARCHIVE := $(KREW_DIR)/volmig-v$(IMAGE_TAG)-linux-amd64.tar.gz
+
+.PHONY: krew krew-archive
+krew: release
+	$(MAKE) krew-archive
+
+krew-archive:
+	@mkdir -p $(KREW_DIR)/stage
+	install -m 0755 $(IMAGE_BINARY) $(KREW_DIR)/stage/volmig
+	install -m 0644 LICENSE $(KREW_DIR)/stage/LICENSE
+	tar -C $(KREW_DIR)/stage -czf $(KREW_ARCHIVE) volmig LICENSE
+	sed "s/@SHA256@/$$(sha256sum $(KREW_ARCHIVE) | cut -d' ' -f1)/" krew/volmig.yaml > $(KREW_DIR)/volmig.yaml
+	@echo "wrote $(KREW_ARCHIVE) and $(KREW_DIR)/volmig.yaml"

@@ -1,7 +1,8 @@
 //! The release artifacts an admin builds without a container engine (mk/image.mk,
 //! docs/operations.md "The container image"): `make image` writes an OCI image layout
 //! with scripts/oci-image.sh, which skopeo and umoci read, holding the binary and running
-//! as a non-root user; `make chart-package` runs `helm package`.
+//! as a non-root user; `make chart-package` runs `helm package`; `make krew` packs the
+//! kubectl plugin and fills in krew/volmig.yaml.
 //!
 //! The layout is built here from the test binary (the same script `make image` runs on
 //! the release build): the release build itself is left to `make image`.
@@ -117,4 +118,52 @@ fn chart_version() -> String {
         .expect("Chart.yaml has a version")
         .trim()
         .to_owned()
+}
+
+#[test]
+fn make_krew_packs_the_plugin_and_its_manifest_names_this_version_and_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    make(&[
+        "krew-archive",
+        &format!("IMAGE_BINARY={}", env!("CARGO_BIN_EXE_volmig")),
+        &format!("KREW_DIR={}", dir.path().display()),
+    ]);
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = dir
+        .path()
+        .join(format!("volmig-v{version}-linux-amd64.tar.gz"));
+    let listing = run(Command::new("tar").arg("-tzf").arg(&archive));
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert_eq!(listing.lines().collect::<Vec<_>>(), ["volmig", "LICENSE"]);
+    let sum = run(Command::new("sha256sum").arg(&archive));
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    let sum = sum.split_whitespace().next().unwrap();
+
+    let text = std::fs::read_to_string(dir.path().join("volmig.yaml")).unwrap();
+    let manifest: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(manifest["kind"], "Plugin");
+    assert_eq!(manifest["metadata"]["name"], "volmig");
+    let spec = &manifest["spec"];
+    assert_eq!(spec["version"], format!("v{version}"));
+    assert_eq!(spec["homepage"], "https://github.com/volmig/volmig");
+    let platform = &spec["platforms"][0];
+    assert_eq!(platform["sha256"], sum);
+    assert_eq!(platform["bin"], "volmig");
+    assert!(
+        platform["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/v{version}/volmig-v{version}-linux-amd64.tar.gz")),
+        "{platform}"
+    );
+    // The plugin's commands are volmig's.
+    for command in ["report", "lookup", "check"] {
+        assert!(
+            spec["description"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("kubectl volmig {command}")),
+            "{command}"
+        );
+    }
 }

@@ -124,6 +124,7 @@ mod tests {
             "--probe-addr",
             "--dry-run",
             "--gc-orphans",
+            "csv",
         ] {
             assert!(!help.contains(absent), "{absent} in:\n{help}");
         }

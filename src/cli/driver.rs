@@ -1,4 +1,4 @@
-//! Where the vSphere CSI driver runs, and how volmig stands beside it (docs/design.md §8.2).
+//! Where the vSphere CSI driver runs, and how volmig stands beside it (docs/design.md §8.7).
 
 use clap::Args;
 

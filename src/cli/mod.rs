@@ -85,6 +85,7 @@ pub enum Command {
     /// when no check fails, 1 otherwise.
     #[command(mut_arg("output", |arg| arg
         .requires(clap::builder::Resettable::<clap::Id>::Reset)
+        .hide_possible_values(true)
         .help("Output format: table or json")))]
     #[command(mut_args(|arg| {
         let hide = check::DAEMON_ONLY.contains(&arg.get_id().as_str());
@@ -343,7 +344,7 @@ pub struct RunArgs {
     #[arg(long, env = "VOLMIG_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
 
-    /// Namespace of the leader-election Lease.
+    /// Namespace of the leader-election Lease (the Helm chart sets its release namespace).
     #[arg(long, env = "VOLMIG_LEASE_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
 

@@ -128,6 +128,16 @@ fn dashboard_configmap_holds_the_dashboard_for_the_sidecar() {
     assert_eq!(dashboard["uid"], "volmig");
     let panels = dashboard["panels"].as_array().expect("panels");
     assert!(panels.len() >= 15, "{} panels", panels.len());
+    assert!(
+        panels.iter().any(|p| p["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["expr"]
+                .as_str()
+                .is_some_and(|e| e.contains("volmig_registrar_mode")))),
+        "a panel shows the registrar mode"
+    );
     let mut ids = std::collections::BTreeSet::new();
     for panel in panels {
         assert!(

@@ -183,6 +183,22 @@ fn contradictory_values_are_refused() {
 }
 
 #[test]
+fn notes_commands_run_as_printed() {
+    let notes = helm::notes(&[]);
+    // `port-forward` blocks: chained with `&&`, the command after it never runs.
+    for line in notes.lines().filter(|l| l.contains("port-forward")) {
+        assert!(!line.contains("&&"), "{line}");
+        assert!(line.trim_end().ends_with('&'), "backgrounded: {line}");
+    }
+    assert!(notes.contains("curl -s localhost:"), "{notes}");
+    assert!(
+        notes.contains("kubectl -n volmig exec deploy/volmig -- volmig check"),
+        "{notes}"
+    );
+    assert!(!notes.contains("as the CSI side does"), "{notes}");
+}
+
+#[test]
 fn values_an_admin_gets_wrong_are_refused_by_the_schema() {
     assert_refused(
         &["--set-string", "driver.namespace="],
