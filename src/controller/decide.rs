@@ -8,8 +8,6 @@ use crate::registrar::reason;
 use crate::volume_migration::{FINALIZER, Phase, VolumeMigration};
 use crate::volume_path::VolumePath;
 
-use crate::requeue::DELETION_WAIT;
-
 /// What the reconciler read about one VolumeMigration.
 #[derive(Debug, Clone)]
 pub struct Observed<'a> {
@@ -42,6 +40,9 @@ pub enum Step {
         /// PVs still use the path: recreate the object once it is gone.
         recreate: Option<VolumePath>,
     },
+    /// The object is being deleted while a create may be in flight: resolve it (record
+    /// the volume that landed, or release the marker) before finalizing.
+    Settle(VolumePath),
     /// Nothing to do until something changes (or the next full sync).
     Idle,
 }
@@ -117,10 +118,22 @@ pub fn decide(observed: &Observed<'_>) -> Decision {
                 unregister: None,
                 recreate: None,
             }
-        } else if status.phase == Some(Phase::Registering) && has_finalizer(vm) {
+        } else if status.phase == Some(Phase::Registering)
+            && has_finalizer(vm)
+            && let Ok(path) = path
+        {
             // A create may be in flight: finalizing now would lose its ID (and recreating
-            // would start from an empty status). The registrar resolves it first.
-            Step::RetryAfter(DELETION_WAIT)
+            // would start from an empty status). The registrar resolves it first
+            // (docs/design.md §5.4): the unregistration waits for it and releases what
+            // landed; otherwise the volume that landed is recorded, or the marker released.
+            if observed.pvs.is_empty() && observed.on_pv_delete == PvDeletePolicy::Unregister {
+                Step::Finalize {
+                    unregister: Some(path),
+                    recreate: None,
+                }
+            } else {
+                Step::Settle(path)
+            }
         } else if has_finalizer(vm) {
             let path = path.ok();
             let still_used = !observed.pvs.is_empty();

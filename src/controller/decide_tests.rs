@@ -261,13 +261,26 @@ fn deletion_of_never_registered_object_just_releases() {
     assert_eq!(p.step, Step::Idle, "not ours to finalize");
 }
 
+/// docs/design.md §5.4: an object deleted while `Registering` waited for the registrar
+/// forever (retried every 5 s, and no registrar ran for it). Now the create in flight is
+/// resolved: the unregistration waits for it and releases what landed, or it is settled
+/// (recorded or released) before the finalizer goes.
 #[test]
-fn deletion_waits_while_a_create_may_be_in_flight() {
+fn deletion_resolves_a_create_that_may_be_in_flight() {
     let s = status(Some(Phase::Registering), None, &["pv-1"]);
-    for pvs in [&["pv-1"][..], &[]] {
-        let p = plan(&vm(s.clone(), true, true), pvs, PvDeletePolicy::Unregister);
-        assert_eq!(p.step, Step::RetryAfter(DELETION_WAIT), "pvs {pvs:?}");
-    }
+    let deleting = vm(s, true, true);
+    let p = plan(&deleting, &[], PvDeletePolicy::Unregister);
+    assert_eq!(
+        p.step,
+        Step::Finalize {
+            unregister: Some(path()),
+            recreate: None
+        }
+    );
+    let p = plan(&deleting, &["pv-1"], PvDeletePolicy::Unregister);
+    assert_eq!(p.step, Step::Settle(path()), "still used: recorded first");
+    let p = plan(&deleting, &[], PvDeletePolicy::Keep);
+    assert_eq!(p.step, Step::Settle(path()), "kept: recorded first");
 }
 
 #[test]

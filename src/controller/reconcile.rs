@@ -25,7 +25,7 @@ use crate::registrar::RegisterError;
 use crate::volume_migration::{FIELD_MANAGER, FINALIZER, VolumeMigration};
 use crate::volume_path::VolumePath;
 
-use crate::requeue::{INDEX_WAIT, Requeue};
+use crate::requeue::{DELETION_WAIT, INDEX_WAIT, Requeue};
 
 /// Reconciles one VolumeMigration.
 pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Action> {
@@ -79,6 +79,7 @@ pub async fn reconcile(vm: Arc<VolumeMigration>, ctx: Arc<Context>) -> Result<Ac
             Ok(Action::await_change())
         }
         Step::Register(path) => Ok(register(&ctx, &vm, &path, &pvs).await),
+        Step::Settle(path) => Ok(settle(&ctx, &path).await),
         Step::Finalize {
             unregister,
             recreate,
@@ -108,6 +109,19 @@ async fn register(
             Action::requeue(wait)
         }
         Err(_) => Action::await_change(),
+    }
+}
+
+/// Resolves the create in flight of an object being deleted (docs/design.md §5.4); the
+/// status it writes brings the object back here, to be finalized.
+async fn settle(ctx: &Context, path: &VolumePath) -> Action {
+    match ctx.registrar.settle(path).await {
+        Ok(()) => Action::requeue(DELETION_WAIT),
+        Err(RegisterError::NotLeader { .. }) => Action::await_change(),
+        Err(error) => {
+            warn!(%path, error = %crate::error_chain(&error), "could not resolve the create in flight of a deleted object");
+            Action::requeue(error.retry_after().unwrap_or(DELETION_WAIT))
+        }
     }
 }
 

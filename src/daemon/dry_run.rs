@@ -330,6 +330,11 @@ impl DryRun {
                     "no PV uses the path".to_owned(),
                 ),
                 Step::Finalize { .. } => (Group::Repair, "finalize", String::new()),
+                Step::Settle(_) => (
+                    Group::Repair,
+                    "settle",
+                    "deleted while a create may be in flight".to_owned(),
+                ),
                 Step::RetryAfter(_) | Step::Idle => continue,
             };
             info!(name, path = %vm.spec.volume_path, action = step, step = ?decided.step, "dry run: reconcile would act");

@@ -42,6 +42,7 @@ mod memory_store;
 mod operations;
 mod pressure;
 mod protection;
+mod settle;
 mod slots;
 mod stages;
 mod status_store;

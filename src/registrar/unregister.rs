@@ -149,7 +149,7 @@ impl Registrar {
     /// Saves an update that carries no volume ID, only as the leader and only over
     /// `expect`; retries an unavailable store, never a conflict (the state changed: the
     /// caller decides again from a fresh read).
-    async fn save_fenced(
+    pub(super) async fn save_fenced(
         &self,
         path: &VolumePath,
         update: &StatusUpdate,

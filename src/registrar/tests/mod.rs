@@ -462,6 +462,7 @@ mod follow;
 mod id_write;
 mod interleavings;
 mod markers;
+mod settle;
 mod slots;
 mod stages;
 mod tasks;
