@@ -125,11 +125,14 @@ async fn a_driver_syncer_without_leader_election_is_followed_until_it_is_gone() 
     );
 }
 
+/// The stock manifest's Deployment stands (leader election on, one replica) and no syncer
+/// Lease exists yet — a driver being installed, or a rollout between two terms: volmig never
+/// takes the Lease and creates nothing (docs/design.md §8.2). Once the driver is gone (the
+/// Deployment deleted) volmig takes the Lease and registers while it holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_syncer_with_leader_election_is_judged_by_its_lease() {
+async fn a_standing_driver_deployment_is_waited_for_until_it_is_gone() {
     let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
     let cluster = Cluster::start().await;
-    // The stock manifest's flags, and no Lease: nobody leads, volmig registers.
     driver_deployment(
         &cluster,
         &["--leader-election", "--leader-election-lease-duration=30s"],
@@ -142,6 +145,30 @@ async fn a_driver_syncer_with_leader_election_is_judged_by_its_lease() {
     }
     let daemon = Daemon::spawn(&cluster, &sim, "volmig-elected", &[]);
     daemon.wait_ready().await;
+    wait_for(
+        Duration::from_secs(30),
+        "volmig waits (mode follow)",
+        || async {
+            daemon
+                .metric("volmig_registrar_mode{mode=\"follow\"}")
+                .await
+                .filter(|v| *v == 1.0)
+        },
+    )
+    .await;
+    // Two full-sync periods: nothing is created, and the Lease is not volmig's.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        sim.volumes().await.is_empty(),
+        "volmig created beside a standing driver"
+    );
+    assert_eq!(syncer_holder(&cluster).await, None);
+
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), DRIVER_NAMESPACE);
+    deployments
+        .delete("vsphere-csi-controller", &DeleteParams::default())
+        .await
+        .expect("delete the driver's Deployment");
     wait_for(Duration::from_secs(60), "every path Registered", || async {
         let all = cluster.list_migrations().await;
         (all.len() == paths.len() && all.iter().all(|vm| phase(vm) == Some(Phase::Registered)))
@@ -149,6 +176,11 @@ async fn a_driver_syncer_with_leader_election_is_judged_by_its_lease() {
     })
     .await;
     assert_eq!(sim.volumes().await.len(), paths.len());
+    assert_eq!(
+        syncer_holder(&cluster).await.as_deref(),
+        Some("volmig/volmig-elected"),
+        "volmig registered while it held the Lease"
+    );
 }
 
 fn canonical(raw: &str) -> String {
@@ -182,7 +214,9 @@ async fn registered_ids(cluster: &Cluster) -> BTreeMap<String, String> {
 /// after the hand-over is registered by the double and adopted by volmig.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_hands_the_lease_over_once_every_path_is_registered_and_published() {
-    let sim = Vcsim::start(VcsimOptions::default().vmdks(8)).await;
+    // 7.0 U1 and later: volmig hands over only where CNS answers the cold term's
+    // registrations of known disks with AlreadyRegistered (docs/design.md §8.2).
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(8).vcenter_version("7.0.3")).await;
     let cluster = cluster_for_hold().await;
     let paths: Vec<String> = (1..=6).map(|n| sim.vmdk_path("kubevols", n)).collect();
     for (n, path) in paths.iter().enumerate() {
@@ -239,7 +273,9 @@ async fn hold_hands_the_lease_over_once_every_path_is_registered_and_published()
         "the hand-over is logged"
     );
 
-    // The double now leads: its full sync finds every path in its cache.
+    // The double now leads; its first term starts cold (its cache informer is not waited
+    // for), so what it reaches before the list is registered again and answered
+    // AlreadyRegistered: no second volume.
     let syncs = driver.full_syncs();
     wait_for(
         Duration::from_secs(30),
@@ -247,10 +283,14 @@ async fn hold_hands_the_lease_over_once_every_path_is_registered_and_published()
         || async { (driver.full_syncs() > syncs).then_some(()) },
     )
     .await;
+    eprintln!(
+        "figure: the driver's cold first term sent {} registrations of held paths",
+        driver.creates()
+    );
     assert_eq!(
-        driver.creates(),
-        0,
-        "the driver registered a held path: {:?}",
+        sim.volumes().await.len(),
+        paths.len(),
+        "the driver made a second volume of a held path: {:?}",
         driver.log()
     );
     for path in &paths {
@@ -271,7 +311,6 @@ async fn hold_hands_the_lease_over_once_every_path_is_registered_and_published()
             .cloned()
     })
     .await;
-    assert_eq!(driver.creates(), 1, "{:?}", driver.log());
     assert_eq!(
         driver.attach_lookup(&late).as_deref(),
         Some(adopted.as_str())

@@ -65,6 +65,8 @@ struct State {
     fresh: HashSet<VolumeId>,
     /// Queries leave `created` out (as CNS does); only `creation_time` tells.
     hide_created: bool,
+    /// Reports a release below 7.0 Update 1 ([`VolumeBackend::refuses_re_registration`]).
+    before_7_0_u1: bool,
 }
 
 impl State {
@@ -228,6 +230,12 @@ impl InMemoryBackend {
     /// that does not stick), so only reading it back tells.
     pub fn set_flags_ignored(&self, ignored: bool) {
         self.lock().flags_ignored = ignored;
+    }
+
+    /// Whether [`VolumeBackend::refuses_re_registration`] reports a release from 7.0
+    /// Update 1 on (`true`, the default) or an older one.
+    pub fn set_refuses_re_registration(&self, refuses: bool) {
+        self.lock().before_7_0_u1 = !refuses;
     }
 
     /// Whether queries report each volume's creation time (`true`, the default) or leave
@@ -417,6 +425,10 @@ impl VolumeBackend for InMemoryBackend {
         let volumes: Vec<CnsVolume> = iter.by_ref().take(PAGE_SIZE).collect();
         let next = iter.next().map(|v| v.id.0);
         Ok(VolumePage { volumes, next })
+    }
+
+    fn refuses_re_registration(&self) -> Option<bool> {
+        Some(!self.lock().before_7_0_u1)
     }
 
     async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {

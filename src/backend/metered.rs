@@ -111,6 +111,10 @@ impl VolumeBackend for MeteredBackend {
         self.metered(op::FIND, self.inner.volumes_by_id(ids)).await
     }
 
+    fn refuses_re_registration(&self) -> Option<bool> {
+        self.inner.refuses_re_registration()
+    }
+
     async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         self.metered(op::PROTECT, self.inner.protect_from_vm_delete(id, fence))
             .await

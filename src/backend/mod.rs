@@ -345,6 +345,15 @@ pub trait VolumeBackend: Send + Sync + 'static {
         Ok(all.into_iter().filter(|v| ids.contains(&v.id)).collect())
     }
 
+    /// Whether this vCenter's CNS answers a create of a disk that already backs a volume
+    /// with `CnsAlreadyRegisteredFault` (7.0 Update 1 and later) instead of a second
+    /// volume; `None` while unknown (not connected yet). The CSI driver's syncer starts
+    /// every term with an empty cache and registers what it misses, so only on such a
+    /// vCenter may volmig hand it the Lease (docs/design.md §8.2).
+    fn refuses_re_registration(&self) -> Option<bool> {
+        None
+    }
+
     /// Keeps the volume's disk when a VM it is attached to is deleted (the FCD's
     /// `keepAfterDeleteVm` flag), as the vSphere CSI driver does: below 8.0.3 sets the flag
     /// through VSLM and reads it back; from 8.0.3 registers the volume again by its ID

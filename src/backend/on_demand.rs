@@ -346,6 +346,11 @@ impl VolumeBackend for OnDemandBackend {
         self.forward(|b| async move { b.volumes_by_id(ids).await })
             .await
     }
+    fn refuses_re_registration(&self) -> Option<bool> {
+        let connected = self.lock().connection.as_ref().map(|c| c.backend.clone());
+        connected.and_then(|backend| backend.refuses_re_registration())
+    }
+
     async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         self.forward(|b| async move { b.protect_from_vm_delete(id, fence).await })
             .await

@@ -112,10 +112,10 @@ pub async fn run(check_args: &CheckArgs) -> CheckReport {
     ));
     let syncer = args.driver.syncer_lease();
     let lease = crate::report::fetch::read_syncer_lease(client.clone(), &syncer).await;
-    let unelected = crate::report::fetch::read_unelected_syncer(client.clone(), &syncer).await;
+    let presence = crate::report::fetch::read_driver_presence(client.clone(), &syncer).await;
     checks.push(cluster::syncer_check(&with_deployment(
         decide_registrar(&syncer, &lease, jiff::Timestamp::now()),
-        unelected,
+        presence,
     )));
     let scope = rbac::Scope {
         lease_namespace: args.lease_namespace.clone(),

@@ -390,12 +390,19 @@ mod tests {
             Some("vsphere-csi-controller")
         ));
         assert!(has("events", "", "create", Some("vmware-system-csi"), None));
+        // volmig writes the syncer's Lease only by name, and creates it unnamed.
+        assert!(has(
+            "leases",
+            "",
+            "update",
+            Some("vmware-system-csi"),
+            Some("vsphere-syncer")
+        ));
+        assert!(has("leases", "", "create", Some("vmware-system-csi"), None));
         assert!(!all.iter().any(|p| p.resource == "leases"
             && p.namespace.as_deref() == Some("vmware-system-csi")
-            && p.verb != "get"
-            && p.verb != "list"
-            && p.verb != "watch"));
-        assert_eq!(all.len(), 3 + 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2);
+            && p.verb == "delete"));
+        assert_eq!(all.len(), 3 + 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2 + 3);
     }
 
     #[test]

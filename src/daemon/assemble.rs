@@ -77,8 +77,8 @@ pub(super) async fn assemble(
     }
     let index = Arc::new(PvIndex::default());
     let users = index.clone();
-    registrar_config = registrar_config
-        .with_volume_users(Arc::new(move |id| users.csi().users_of(&id.0)));
+    registrar_config =
+        registrar_config.with_volume_users(Arc::new(move |id| users.csi().users_of(&id.0)));
     let syncer_lease = args.driver.syncer_lease();
     let hold = registrar_mode::Hold {
         config: crate::syncer_lease::HolderConfig::new(
@@ -88,7 +88,12 @@ pub(super) async fn assemble(
             crate::syncer_lease::hold::hold_lease_seconds(grace),
         ),
         leader: leader.watch.clone(),
-        hand_over: hand_over::check(index.clone(), cache.clone(), driver.clone()),
+        hand_over: hand_over::check(
+            index.clone(),
+            cache.clone(),
+            driver.clone(),
+            backend.clone(),
+        ),
         policy: crate::syncer_lease::TakePolicy {
             hold: args.hold_driver_syncer,
             grace,

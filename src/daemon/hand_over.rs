@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::VolumeBackend;
 use crate::controller::publish::DriverCache;
 use crate::controller::{MigrationCache, PvIndex};
 use crate::syncer_lease::HandOverCheck;
@@ -47,14 +48,27 @@ pub fn missing<'a>(
     missing
 }
 
+/// Why the Lease is never handed over to a vCenter below 7.0 U1.
+pub const OLD_VCENTER: &str = "vCenter is older than 7.0 Update 1: its CNS registers a disk a \
+     second time as a second volume, and the CSI driver's syncer starts every term with an \
+     empty cache and registers what it has not listed yet, so volmig keeps the Lease \
+     (docs/design.md §8.2)";
+
 /// The daemon's hand-over check over its caches: not before every cache holds its first
-/// list, nor while the driver's CRD (when publishing) is not served.
+/// list, nor while the driver's CRD (when publishing) is not served, nor to a vCenter that
+/// answers a second registration with a second volume (or whose release is not known yet).
 pub(super) fn check(
     index: Arc<PvIndex>,
     cache: Arc<MigrationCache>,
     driver: Option<Arc<DriverCache>>,
+    backend: Arc<dyn VolumeBackend>,
 ) -> HandOverCheck {
     Arc::new(move || {
+        match backend.refuses_re_registration() {
+            Some(true) => {}
+            Some(false) => return Err(OLD_VCENTER.to_owned()),
+            None => return Err("vCenter's release is not known yet (not connected)".to_owned()),
+        }
         if !index.is_synced() || !cache.is_synced() {
             return Err("the PV and VolumeMigration caches are not synced yet".to_owned());
         }
@@ -113,6 +127,26 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::backend::memory::InMemoryBackend;
+
+    #[test]
+    fn never_to_a_vcenter_that_registers_a_disk_twice() {
+        let backend = Arc::new(InMemoryBackend::new());
+        let hand_over = |backend: Arc<dyn VolumeBackend>| {
+            check(
+                Arc::new(PvIndex::default()),
+                Arc::new(MigrationCache::default()),
+                None,
+                backend,
+            )()
+        };
+        backend.set_refuses_re_registration(false);
+        assert_eq!(hand_over(backend.clone()), Err(OLD_VCENTER.to_owned()));
+        // From 7.0 U1 the other conditions decide (here: nothing listed yet).
+        backend.set_refuses_re_registration(true);
+        let err = hand_over(backend).unwrap_err();
+        assert!(err.contains("not synced"), "{err}");
+    }
 
     fn path(n: u32) -> VolumePath {
         VolumePath::parse(&format!("[ds1] kubevols/disk-{n}.vmdk"))

@@ -165,19 +165,22 @@ pub async fn read_syncer_lease(
     }
 }
 
-/// Reads the driver's controller Deployment of `config`: `Some` when its syncer runs without
-/// leader election. Not named, absent or unreadable: `None` (the Lease decides).
-pub async fn read_unelected_syncer(
+/// Reads the driver's controller Deployment of `config` and judges it
+/// ([`crate::syncer_lease::deployment::presence`]). Not named or unreadable: `None` (the
+/// Lease decides).
+pub async fn read_driver_presence(
     client: kube::Client,
     config: &SyncerLeaseConfig,
-) -> Option<String> {
+) -> Option<crate::syncer_lease::DriverPresence> {
     if config.deployment.is_empty() || config.lease_name.is_empty() {
         return None;
     }
     let api: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(client, &config.namespace);
-    let deployment = api.get_opt(&config.deployment).await.ok().flatten()?;
-    crate::syncer_lease::deployment::syncer_without_election(&deployment)
+    let deployment = api.get_opt(&config.deployment).await.ok()?;
+    Some(crate::syncer_lease::deployment::presence(
+        deployment.as_ref(),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

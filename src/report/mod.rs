@@ -76,17 +76,17 @@ pub async fn run(client: kube::Client, args: &ReportOptions) -> Result<Rendered,
     let syncer = &args.syncer;
     let lease = async {
         let read = fetch::read_syncer_lease(client.clone(), syncer).await;
-        let unelected = fetch::read_unelected_syncer(client.clone(), syncer).await;
-        (read, unelected, jiff::Timestamp::now())
+        let presence = fetch::read_driver_presence(client.clone(), syncer).await;
+        (read, presence, jiff::Timestamp::now())
     };
-    let (inputs, (lease, unelected, read_at)) = tokio::join!(
+    let (inputs, (lease, presence, read_at)) = tokio::join!(
         fetch::read_inputs(client.clone(), args.require_driver_cache),
         lease
     );
     let mut report = build(&inputs?, args.require_driver_cache);
     report.registrar = Some(registrar::with_deployment(
         registrar::decide(syncer, &lease, read_at),
-        unelected,
+        presence,
     ));
     let filter = if args.not_ready {
         RowFilter::NotReady

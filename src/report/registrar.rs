@@ -14,7 +14,13 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use serde::Serialize;
 
-use crate::syncer_lease::{SyncerLeaseConfig, VOLMIG_HOLDER_PREFIX, lease_duration};
+use crate::syncer_lease::{
+    DriverPresence, SyncerLeaseConfig, VOLMIG_HOLDER_PREFIX, lease_duration,
+};
+
+/// What volmig does with a Lease nobody holds live, when no driver Deployment stands.
+const TAKES: &str = "volmig registers, once it holds this Lease itself (one in-flight grace \
+                     after the last renewal it saw)";
 
 /// The fields of the syncer's Lease the decision reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -139,8 +145,7 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
             return registrar;
         }
         SyncerLeaseRead::Absent => {
-            registrar.why =
-                format!("no CSI driver syncer Lease ({name} not found): volmig registers");
+            registrar.why = format!("no CSI driver syncer Lease ({name} not found): {TAKES}");
             return registrar;
         }
         SyncerLeaseRead::Unreadable { code, message } => {
@@ -163,8 +168,7 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
     registrar.lease_duration_seconds = Some(seconds);
     registrar.renew_time = lease.renew_time;
     let Some(holder) = lease.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
-        registrar.why =
-            format!("the CSI driver's syncer Lease {name} has no holder: volmig registers");
+        registrar.why = format!("the CSI driver's syncer Lease {name} has no holder: {TAKES}");
         return registrar;
     };
     registrar.holder = Some(holder.to_owned());
@@ -202,15 +206,15 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
             registrar.mode = Mode::Hold;
             registrar.why = format!(
                 "volmig holds the CSI driver's syncer Lease {name} as {holder} (renewed \
-                 {renewed_text}, {seconds} s, --hold-driver-syncer): the driver's syncer cannot \
-                 lead; volmig registers and hands the Lease over once every path is Registered \
-                 and published"
+                 {renewed_text}, {seconds} s): the driver's syncer cannot lead; volmig registers \
+                 and, with --hold-driver-syncer, hands the Lease over once every path is \
+                 Registered and published"
             );
         }
         Some(expires) if now >= expires => {
             registrar.why = format!(
                 "the CSI driver's syncer Lease {name} expired at {} (held by {holder}, renewed \
-                 {renewed_text}, {seconds} s): volmig registers",
+                 {renewed_text}, {seconds} s): {TAKES}",
                 whole_seconds(expires)
             );
         }
@@ -226,16 +230,36 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
     registrar
 }
 
-/// The registrar once the driver's controller Deployment was read: a syncer that runs
-/// without leader election (`unelected`, [`crate::syncer_lease::deployment`]) registers
-/// whatever the Lease says, so volmig follows it.
-pub fn with_deployment(mut registrar: Registrar, unelected: Option<String>) -> Registrar {
-    if let Some(syncer) = unelected {
-        registrar.mode = Mode::Follow;
-        registrar.why = format!(
-            "the CSI driver's syncer {syncer} registers in-tree vmdks; volmig adopts its volumes"
-        );
-        registrar.holder = Some(syncer);
+/// The registrar once the driver's controller Deployment was read (`None`: not named or
+/// not readable). A syncer that runs without leader election registers whatever the Lease
+/// says, so volmig follows it; a Deployment whose syncer elects a leader and wants replicas
+/// leads again soon, so a lapsed Lease does not make volmig the registrar (docs/design.md
+/// §8.2): volmig waits for the next syncer.
+pub fn with_deployment(mut registrar: Registrar, presence: Option<DriverPresence>) -> Registrar {
+    match presence {
+        Some(DriverPresence::Unelected(syncer)) => {
+            registrar.mode = Mode::Follow;
+            registrar.why = format!(
+                "the CSI driver's syncer {syncer} registers in-tree vmdks; volmig adopts its volumes"
+            );
+            registrar.holder = Some(syncer);
+        }
+        Some(DriverPresence::Elected { name, replicas })
+            if replicas > 0
+                && registrar.mode == Mode::Own
+                && !registrar
+                    .holder
+                    .as_deref()
+                    .is_some_and(|h| h.starts_with(VOLMIG_HOLDER_PREFIX)) =>
+        {
+            registrar.mode = Mode::Follow;
+            registrar.why = format!(
+                "{}; but deployment/{name} stands with {replicas} replicas, so its next syncer \
+                 leads soon (a rollout or a crash): volmig creates nothing and waits for it",
+                registrar.why.split(": volmig").next().unwrap_or_default()
+            );
+        }
+        _ => {}
     }
     registrar
 }

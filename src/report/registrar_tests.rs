@@ -66,7 +66,8 @@ fn a_stale_lease_leaves_volmig_the_registrar() {
         decide(&config(), &read, after(31)).line(),
         "Registrar: own — the CSI driver's syncer Lease vmware-system-csi/vsphere-syncer \
          expired at 2026-12-07T01:02:33Z (held by vsphere-csi-controller-x, renewed \
-         2026-12-07T01:02:03Z, 30 s): volmig registers"
+         2026-12-07T01:02:03Z, 30 s): volmig registers, once it holds this Lease itself (one in-flight grace after the last \
+         renewal it saw)"
     );
 }
 
@@ -108,14 +109,59 @@ fn a_syncer_without_leader_election_is_followed_whatever_the_lease_says() {
         SyncerLeaseRead::Absent,
         held("volmig/replica-0", Some(RENEWED), Some(690)),
     ] {
-        let registrar =
-            with_deployment(decide(&config(), &read, after(1)), Some(unelected.clone()));
+        let registrar = with_deployment(
+            decide(&config(), &read, after(1)),
+            Some(DriverPresence::Unelected(unelected.clone())),
+        );
         assert_eq!(registrar.mode, Mode::Follow, "{read:?}");
         assert_eq!(registrar.holder.as_deref(), Some(unelected.as_str()));
         assert!(registrar.why.contains("volmig adopts"), "{}", registrar.why);
     }
     let plain = decide(&config(), &SyncerLeaseRead::Absent, after(1));
     assert_eq!(with_deployment(plain.clone(), None), plain);
+    assert_eq!(
+        with_deployment(plain.clone(), Some(DriverPresence::Absent)),
+        plain
+    );
+}
+
+#[test]
+fn a_lapsed_lease_beside_a_standing_deployment_makes_nobody_the_registrar() {
+    let stock = DriverPresence::Elected {
+        name: "vsphere-csi-controller".into(),
+        replicas: 3,
+    };
+    for read in [
+        SyncerLeaseRead::Absent,
+        held("vsphere-csi-controller-0", Some(RENEWED), Some(30)),
+    ] {
+        let registrar = with_deployment(decide(&config(), &read, after(3600)), Some(stock.clone()));
+        assert_eq!(registrar.mode, Mode::Follow, "{read:?}");
+        assert!(
+            registrar
+                .why
+                .contains("deployment/vsphere-csi-controller stands with 3")
+                && registrar.why.contains("volmig creates nothing"),
+            "{}",
+            registrar.why
+        );
+    }
+    // Scaled to 0, or a Lease volmig holds: the Deployment changes nothing.
+    let scaled = DriverPresence::Elected {
+        name: "vsphere-csi-controller".into(),
+        replicas: 0,
+    };
+    let absent = decide(&config(), &SyncerLeaseRead::Absent, after(1));
+    assert_eq!(with_deployment(absent.clone(), Some(scaled)), absent);
+    let held_by_volmig = decide(
+        &config(),
+        &held("volmig/replica-0", Some(RENEWED), Some(690)),
+        after(1),
+    );
+    assert_eq!(
+        with_deployment(held_by_volmig.clone(), Some(stock)),
+        held_by_volmig
+    );
 }
 
 #[test]
@@ -132,7 +178,8 @@ fn a_lease_without_a_holder_leaves_volmig_the_registrar() {
         assert_eq!(
             registrar.line(),
             "Registrar: own — the CSI driver's syncer Lease vmware-system-csi/vsphere-syncer \
-             has no holder: volmig registers"
+             has no holder: volmig registers, once it holds this Lease itself (one in-flight grace after the last \
+             renewal it saw)"
         );
     }
 }
@@ -152,7 +199,8 @@ fn no_lease_leaves_volmig_the_registrar() {
     assert_eq!(
         registrar.line(),
         "Registrar: own — no CSI driver syncer Lease (vmware-system-csi/vsphere-syncer not \
-         found): volmig registers"
+         found): volmig registers, once it holds this Lease itself (one in-flight grace after the last \
+         renewal it saw)"
     );
     let named_elsewhere = SyncerLeaseConfig {
         namespace: "csi".into(),

@@ -398,6 +398,10 @@ impl VolumeBackend for CnsBackend {
             .collect())
     }
 
+    fn refuses_re_registration(&self) -> Option<bool> {
+        Some(self.inner.version.refuses_re_registration())
+    }
+
     async fn protect_from_vm_delete(&self, id: &VolumeId, fence: &SendFence) -> Result<Protection> {
         if self.inner.version.registration_protects() {
             // The create that just returned this ID set the flag; any other volume is
