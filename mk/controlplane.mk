@@ -17,7 +17,7 @@ CONTROLPLANE_GOENV := GO111MODULE=on GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO
 CONTROLPLANE_BINS := $(CONTROLPLANE_DIR)/kube-apiserver $(CONTROLPLANE_DIR)/etcd \
 	$(CONTROLPLANE_DIR)/certs
 
-.PHONY: controlplane print-controlplane-dir
+.PHONY: controlplane print-controlplane-dir controlplane-go
 controlplane: $(CONTROLPLANE_BINS)
 
 # The end-to-end tests need it (make merges this with the root prerequisites).
@@ -25,6 +25,16 @@ test-components: controlplane
 
 print-controlplane-dir:
 	@echo $(CONTROLPLANE_DIR)
+
+# k8s.io/kubernetes v1.37 needs Go >= 1.26 (its go.mod); Debian's golang-go may be older
+# and GOTOOLCHAIN=local never fetches another, so say so instead of failing in the build.
+CONTROLPLANE_GO_MIN := $(shell sed -n 's/^go \([0-9.]*\)$$/\1/p' $(CONTROLPLANE_SRC_DIR)/go.mod)
+controlplane-go:
+	@have="$$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null | sed 's/^go//')"; \
+	if [ -z "$$have" ] || [ "$$(printf '%s\n%s\n' "$(CONTROLPLANE_GO_MIN)" "$$have" | sort -V | head -1)" != "$(CONTROLPLANE_GO_MIN)" ]; then \
+	  echo "make controlplane needs Go >= $(CONTROLPLANE_GO_MIN) first on PATH; found '$$(command -v go)' $${have:-none}" >&2; \
+	  exit 1; \
+	fi
 
 # The version k8s's own build stamps (hack/lib/version.sh); a plain `go build` would
 # report v0.0.0-master at /version.
@@ -41,7 +51,7 @@ $(CONTROLPLANE_DIR)/kube-apiserver: CONTROLPLANE_LDFLAGS := \
 $(CONTROLPLANE_DIR)/etcd: CONTROLPLANE_PKG := go.etcd.io/etcd/server/v3
 $(CONTROLPLANE_DIR)/certs: CONTROLPLANE_PKG := ./cmd/certs
 
-$(CONTROLPLANE_BINS): $(CONTROLPLANE_INPUTS) | vcsim-deps
+$(CONTROLPLANE_BINS): $(CONTROLPLANE_INPUTS) | controlplane-go
 	@test -n "$(CONTROLPLANE_K8S_MINOR)" || { echo "no k8s.io/kubernetes version in go.mod" >&2; exit 1; }
 	@mkdir -p $(@D)
 	cd $(CONTROLPLANE_SRC_DIR) && $(CONTROLPLANE_GOENV) go build -trimpath \
