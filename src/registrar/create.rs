@@ -15,13 +15,14 @@ use super::{
 };
 use crate::backend::{BackendError, CnsVolume, CreateVolumeRequest, SendFence, VolumeId};
 use crate::metrics::RegistrationStage;
+use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
 /// How long a create may run before its vCenter task is recorded beside its marker
 /// (`status.registeringTask`, docs/design.md §4.4): a create that ends sooner costs no
 /// status write more; one that runs longer (or ends in doubt with its task known) is
 /// followed to its end by whoever reads the marker next.
-pub(super) const TASK_RECORD_AFTER: Duration = Duration::from_secs(5);
+pub(super) const TASK_RECORD_AFTER: Duration = Duration::from_secs(1);
 
 /// The volume a registration records: the one it created, or one it adopted.
 pub(super) struct Found {
@@ -261,9 +262,11 @@ impl Registrar {
         }
     }
 
-    /// Records `task` beside the marker `token` (`TaskRecorded`), leader-fenced and
-    /// conditional on `version`, the write-ahead's (docs/design.md §4.4, §4.9). A write
-    /// that fails changes nothing here: this process still follows the task it knows.
+    /// Records `task` beside the marker `token` (`TaskRecorded`), conditional on `version`,
+    /// the write-ahead's (docs/design.md §4.4). Not leader-fenced: it only annotates this
+    /// process's own marker, and a successor asks vCenter about the task it finds there. A
+    /// write that loses its condition reads again and writes while the marker's token
+    /// stands; a failed write changes nothing here (this process still follows the task).
     pub(super) async fn record_task(
         &self,
         path: &VolumePath,
@@ -271,19 +274,39 @@ impl Registrar {
         task: &str,
         version: &Version,
     ) -> Option<Version> {
-        self.fence(path).ok()?;
         let update = StatusUpdate::TaskRecorded {
             token: token.to_owned(),
             task: task.to_owned(),
         };
-        match self.store.save(path, &update, Some(version)).await {
-            Ok(version) => {
-                info!(%path, %task, "create task recorded beside its marker");
-                Some(version)
+        let mut expect = version.clone();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.store.save(path, &update, Some(&expect)).await {
+                Ok(version) => {
+                    info!(%path, %task, "create task recorded beside its marker");
+                    return Some(version);
+                }
+                Err(e) => e,
+            };
+            if attempt >= self.config.retry.attempts_per_call || !error.is_retryable() {
+                warn!(%path, %task, error = %error, "could not record the create's task");
+                return None;
             }
-            Err(e) => {
-                warn!(%path, %task, error = %e, "could not record the create's task");
-                None
+            if error.kind == StoreErrorKind::Conflict {
+                let fresh = self.store.load(path).await.ok().flatten();
+                let stands = fresh.as_ref().is_some_and(|s| {
+                    s.phase == Some(Phase::Registering) && s.marker.as_deref() == Some(token)
+                });
+                match fresh.and_then(|s| s.version).filter(|_| stands) {
+                    Some(fresh) => expect = fresh,
+                    None => {
+                        info!(%path, %task, "the marker was replaced; its task is not recorded");
+                        return None;
+                    }
+                }
+            } else {
+                tokio::time::sleep(self.config.retry.delay(attempt)).await;
             }
         }
     }

@@ -465,5 +465,6 @@ mod markers;
 mod settle;
 mod slots;
 mod stages;
+mod task_record;
 mod tasks;
 mod unregistration;
