@@ -50,6 +50,9 @@ first_line "$work/apiserver.out" >/dev/null
 export KUBECONFIG=$work/kubeconfig
 
 kubectl create namespace kube-system >/dev/null 2>&1 || true
+# The vSphere CSI driver's namespace: with no driver installed volmig holds the driver
+# syncer's Lease there itself (own mode), and registers only while it holds it.
+kubectl create namespace vmware-system-csi >/dev/null 2>&1 || true
 kubectl apply -f "$root/crds/volumemigrations.yaml" >/dev/null
 # The vSphere CSI driver's cache CRD, as the driver installs it: volmig publishes into it.
 kubectl apply -f "$root/charts/volmig/files/cnsvspherevolumemigrations.yaml" >/dev/null
@@ -106,6 +109,9 @@ for _ in $(seq 1 50); do
   [ "$(kubectl get cnsvspherevolumemigrations -o name | wc -l)" -ge 3 ] && break
   sleep 0.2
 done
+echo "== who registers: the CSI driver syncer's Lease, held by volmig (no driver is installed)"
+kubectl -n vmware-system-csi get lease vsphere-syncer -o custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity
+echo
 echo "== the vSphere CSI driver's cache (CnsVSphereVolumeMigration objects volmig published)"
 kubectl get cnsvspherevolumemigrations \
   -o custom-columns=NAME:.metadata.name,VOLUMEPATH:.spec.volumepath,VOLUMEID:.spec.volumeid,PROTECTED:.spec.protectvolumefromvmdelete

@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use csi_driver::verdict::{creates_by_volmig, end_state_gap, sample_duplicates};
+use csi_driver::verdict::{creates_by_volmig, end_state_gap, sample_duplicates, settles};
 use csi_driver::{CsiDriverDouble, DriverOptions};
 use e2e::{Cluster, Daemon, wait_for};
 use vcsim::{Vcsim, VcsimOptions};
@@ -124,12 +124,7 @@ async fn rollout(task_latency: Duration) {
         driver.leader().filter(|l| *l != deleted)
     })
     .await;
-    let settled = tokio::time::timeout(Duration::from_secs(120), async {
-        while end_state_gap(&cluster, &sim, &driver).await.is_some() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    })
-    .await;
+    let settled = settles(&cluster, &sim, &driver, Duration::from_secs(120)).await;
     sampler.abort();
 
     let (volmig_creates, all_creates) = creates_by_volmig(&sim).await;
@@ -156,7 +151,7 @@ async fn rollout(task_latency: Duration) {
         duplicates.is_empty(),
         "a vmdk had two volumes: {duplicates:?}\n{log}"
     );
-    assert!(settled.is_ok(), "not settled: {gap:?}\n{log}");
+    assert!(settled, "not settled: {gap:?}\n{log}");
     assert_eq!(gap, None);
 }
 
@@ -213,12 +208,7 @@ async fn hold_hands_over_to_a_cold_driver_without_a_second_volume() {
         }
     })
     .await;
-    let settled = tokio::time::timeout(Duration::from_secs(120), async {
-        while end_state_gap(&cluster, &sim, &driver).await.is_some() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    })
-    .await;
+    let settled = settles(&cluster, &sim, &driver, Duration::from_secs(120)).await;
     sampler.abort();
 
     let (volmig_creates, _) = creates_by_volmig(&sim).await;
@@ -258,7 +248,7 @@ async fn hold_hands_over_to_a_cold_driver_without_a_second_volume() {
         "a vmdk had two volumes: {duplicates:?}\n{log}"
     );
     assert!(
-        settled.is_ok(),
+        settled,
         "not settled: {:?}\n{log}",
         end_state_gap(&cluster, &sim, &driver).await
     );

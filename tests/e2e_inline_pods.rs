@@ -232,3 +232,68 @@ async fn held_inline_pod_volumes_are_registered_and_published_before_the_driver_
         "volmig registered the two held vmdks only: {creates:?}"
     );
 }
+
+/// The driver's stale clean-up (`cleanupStaleCRDInstances`, migration.go:588-667) deletes
+/// every object whose name is not a CNS volume ID of its cluster and whose path no PV spells.
+/// A spelling only pods use — an alias of a PV's vmdk, or an inline-only vmdk — must ride
+/// on the object named by the volume ID, so that two clean-up passes delete none of
+/// volmig's objects and the driver's cache never loses a spelling in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_only_spellings_survive_the_drivers_stale_clean_up() {
+    let sim = Vcsim::start(VcsimOptions::default().vmdks(2)).await;
+    let cluster = Cluster::start().await;
+    cluster.install_driver_crd().await;
+    let pv_path = sim.vmdk_path("kubevols", 1);
+    let inline_only = sim.vmdk_path("kubevols", 2);
+    let ds = sim.datastores[0].inventory_path.clone();
+    let alias = format!("[{ds}] kubevols//disk-0001.vmdk");
+    cluster.create_pv("pv-1", &pv_path).await;
+    // The pods come later (creation times count in whole seconds): the PV's spelling is
+    // the oldest.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    cluster.create_pod("alias", &alias).await;
+    cluster.create_pod("web", &inline_only).await;
+    // The driver's cache and clean-up only: no driver syncer leads, volmig registers.
+    let driver = CsiDriverDouble::start(
+        &cluster,
+        &sim,
+        DriverOptions {
+            lead: false,
+            cleanup_interval: None,
+            ..DriverOptions::default()
+        },
+    )
+    .await;
+    let daemon = Daemon::spawn(&cluster, &sim, "volmig-cleanup", &[]);
+    daemon.wait_ready().await;
+    let spellings = [pv_path.clone(), alias.clone(), inline_only.clone()];
+    wait_for(
+        Duration::from_secs(60),
+        "every spelling published",
+        || async {
+            let cache = driver.cache_snapshot();
+            spellings
+                .iter()
+                .all(|raw| cache.contains_key(raw))
+                .then_some(())
+        },
+    )
+    .await;
+    let mut deleted = Vec::new();
+    for _ in 0..2 {
+        deleted.extend(driver.run_cleanup().await.expect("a clean-up pass"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let cache = driver.cache_snapshot();
+    let missing: Vec<&String> = spellings
+        .iter()
+        .filter(|raw| !cache.contains_key(*raw))
+        .collect();
+    assert!(
+        deleted.is_empty(),
+        "the clean-up deleted {deleted:?}; objects: {:?}",
+        driver_objects(&cluster).await
+    );
+    assert!(missing.is_empty(), "missing from the cache: {missing:?}");
+    assert_eq!(cns_ids(&sim, &pv_path).await.len(), 1);
+}

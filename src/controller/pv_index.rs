@@ -156,8 +156,11 @@ impl PvIndex {
         self.record(key, Some(volume), Some(spelling))
     }
 
-    /// The raw spellings of `path` by its users (PVs and inline pod volumes), oldest first,
-    /// without repeats.
+    /// The raw spellings of `path` by its users (PVs and inline pod volumes), without
+    /// repeats: those no PV spells first, then the others, each oldest first. The first
+    /// one gets the driver's object named by the volume ID, the one the CSI driver's stale
+    /// clean-up keeps whatever its spelling; the others survive it only where a PV spells
+    /// them (docs/design.md §8.1).
     pub fn spellings_for(&self, path: &VolumePath) -> Vec<String> {
         let s = self.lock();
         let mut pvs: Vec<(i64, String, Option<&PvEntry>)> = s
@@ -172,14 +175,20 @@ impl PvIndex {
             .collect();
         pvs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut out: Vec<String> = Vec::with_capacity(pvs.len());
-        for (_, _, entry) in pvs {
+        let mut pv_spelled: Vec<String> = Vec::new();
+        for (_, name, entry) in pvs {
             let raw = entry
                 .and_then(|e| e.raw.as_deref())
                 .map_or_else(|| path.canonical(), str::to_owned);
+            if !is_pod_user(&name) && !pv_spelled.contains(&raw) {
+                pv_spelled.push(raw.clone());
+            }
             if !out.contains(&raw) {
                 out.push(raw);
             }
         }
+        // Stable: the order by age stays within each group.
+        out.sort_by_key(|raw| pv_spelled.contains(raw));
         out
     }
 

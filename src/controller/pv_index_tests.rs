@@ -164,11 +164,22 @@ fn inline_pod_volumes_are_users_kept_apart_from_pvs() {
     assert_eq!(
         index.spellings_for(&shared),
         vec![
+            "[/DC/datastore/ds] shared.vmdk".to_owned(),
+            "[ds] shared.vmdk".to_owned()
+        ],
+        "the pod's raw spelling is published too, and first: no PV spells it, so only the \
+         object named by the volume ID survives the driver's clean-up with it"
+    );
+    // A PV that spells it too: back to age order.
+    index.upsert_pv(&pv("pv-z", "[/DC/datastore/ds] shared.vmdk", 90));
+    assert_eq!(
+        index.spellings_for(&shared),
+        vec![
             "[ds] shared.vmdk".to_owned(),
             "[/DC/datastore/ds] shared.vmdk".to_owned()
-        ],
-        "the pod's raw spelling is published too, after the older PV's"
+        ]
     );
+    index.remove("pv-z");
     assert_eq!(index.len(), 1, "PVs only");
     assert_eq!(index.pod_volumes(), 3);
     assert!(

@@ -206,9 +206,9 @@ pub fn decide(config: &SyncerLeaseConfig, read: &SyncerLeaseRead, now: Timestamp
             registrar.mode = Mode::Hold;
             registrar.why = format!(
                 "volmig holds the CSI driver's syncer Lease {name} as {holder} (renewed \
-                 {renewed_text}, {seconds} s): the driver's syncer cannot lead; volmig registers \
-                 and, with --hold-driver-syncer, hands the Lease over once every path is \
-                 Registered and published"
+                 {renewed_text}, {seconds} s): the driver's syncer cannot lead; volmig \
+                 registers, and with --hold-driver-syncer hands the Lease over once every path \
+                 is done"
             );
         }
         Some(expires) if now >= expires => {

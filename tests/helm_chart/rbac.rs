@@ -142,13 +142,15 @@ fn rbac_is_least_privilege_and_commented() {
     );
 
     // The CSI driver's namespace, by name: its cluster-ID ConfigMap (read at every start,
-    // docs/design.md §8.5), its syncer Lease and controller Deployment (§8.7, read only),
+    // docs/design.md §8.5), its syncer Lease — read, and written by name, since volmig
+    // creates only while it holds that Lease itself (§8.7), plus create of Leases (a create
+    // is authorized before the object has a name) — its controller Deployment (read only),
     // Events on that Lease; without a syncer Lease, the ConfigMap alone.
     let syncer = rendered.get("Role", "volmig-driver-syncer");
     assert_eq!(syncer["metadata"]["namespace"], "vmware-system-csi");
     assert_no_wildcards_or_secrets(&syncer["rules"], "Role volmig-driver-syncer");
     let rules = syncer["rules"].as_array().expect("rules");
-    assert_eq!(rules.len(), 4, "{rules:?}");
+    assert_eq!(rules.len(), 5, "{rules:?}");
     assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strings(&rules[0]["resources"]), ["configmaps"]);
     assert_eq!(
@@ -159,28 +161,28 @@ fn rbac_is_least_privilege_and_commented() {
     assert_eq!(strings(&rules[1]["apiGroups"]), ["coordination.k8s.io"]);
     assert_eq!(strings(&rules[1]["resources"]), ["leases"]);
     assert_eq!(strings(&rules[1]["resourceNames"]), ["vsphere-syncer"]);
-    assert_eq!(strings(&rules[1]["verbs"]), ["get", "list", "watch"]);
-    assert_eq!(strings(&rules[2]["apiGroups"]), ["events.k8s.io"]);
-    assert_eq!(strings(&rules[2]["verbs"]), ["create", "patch"]);
-    assert_eq!(strings(&rules[3]["apiGroups"]), ["apps"]);
-    assert_eq!(strings(&rules[3]["resources"]), ["deployments"]);
     assert_eq!(
-        strings(&rules[3]["resourceNames"]),
-        ["vsphere-csi-controller"]
-    );
-    assert_eq!(strings(&rules[3]["verbs"]), ["get", "list", "watch"]);
-    // --hold-driver-syncer: update/patch of that one Lease, and create of Leases (a create
-    // is authorized before the object has a name).
-    let hold = render(&["--set", "driver.holdSyncer=true"]);
-    let hold_rules = hold.get("Role", "volmig-driver-syncer")["rules"].clone();
-    assert_eq!(
-        strings(&hold_rules[1]["verbs"]),
+        strings(&rules[1]["verbs"]),
         ["get", "list", "watch", "update", "patch"]
     );
-    assert_eq!(strings(&hold_rules[1]["resourceNames"]), ["vsphere-syncer"]);
-    assert_eq!(strings(&hold_rules[2]["resources"]), ["leases"]);
-    assert_eq!(strings(&hold_rules[2]["verbs"]), ["create"]);
-    assert!(hold_rules[2]["resourceNames"].is_null());
+    assert_eq!(strings(&rules[2]["resources"]), ["leases"]);
+    assert_eq!(strings(&rules[2]["verbs"]), ["create"]);
+    assert!(rules[2]["resourceNames"].is_null());
+    assert_eq!(strings(&rules[3]["apiGroups"]), ["events.k8s.io"]);
+    assert_eq!(strings(&rules[3]["verbs"]), ["create", "patch"]);
+    assert_eq!(strings(&rules[4]["apiGroups"]), ["apps"]);
+    assert_eq!(strings(&rules[4]["resources"]), ["deployments"]);
+    assert_eq!(
+        strings(&rules[4]["resourceNames"]),
+        ["vsphere-csi-controller"]
+    );
+    assert_eq!(strings(&rules[4]["verbs"]), ["get", "list", "watch"]);
+    // --hold-driver-syncer needs nothing more.
+    let hold = render(&["--set", "driver.holdSyncer=true"]);
+    assert_eq!(
+        hold.get("Role", "volmig-driver-syncer")["rules"],
+        syncer["rules"]
+    );
     let syncer_binding = rendered.get("RoleBinding", "volmig-driver-syncer");
     assert_eq!(syncer_binding["subjects"][0]["name"], "volmig-controller");
     assert_eq!(syncer_binding["subjects"][0]["namespace"], helm::NAMESPACE);

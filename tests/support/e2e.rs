@@ -147,10 +147,14 @@ impl Cluster {
         };
         cluster.install_crd().await;
         let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-system"}}))
-                .expect("namespace");
-        let _ = namespaces.create(&PostParams::default(), &ns).await;
+        // kube-system for volmig's own Lease; the CSI driver's namespace for the driver
+        // syncer's Lease, which volmig holds itself while no driver is installed.
+        for name in ["kube-system", "vmware-system-csi"] {
+            let ns: Namespace =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                    .expect("namespace");
+            let _ = namespaces.create(&PostParams::default(), &ns).await;
+        }
         cluster
     }
 

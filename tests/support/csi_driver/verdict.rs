@@ -100,3 +100,19 @@ pub async fn creates_by_volmig(sim: &Vcsim) -> (Vec<String>, usize) {
         .collect();
     (names, creates.len())
 }
+
+/// Whether [`end_state_gap`] closes within `limit` (looked at every second).
+pub async fn settles(
+    cluster: &Cluster,
+    sim: &Vcsim,
+    driver: &CsiDriverDouble,
+    limit: Duration,
+) -> bool {
+    tokio::time::timeout(limit, async {
+        while end_state_gap(cluster, sim, driver).await.is_some() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
