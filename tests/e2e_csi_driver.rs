@@ -28,7 +28,6 @@ use vcsim::{Vcsim, VcsimOptions};
 use volmig::k8s::driver_cache::CnsVSphereVolumeMigration;
 use volmig::volume_migration::Phase;
 
-
 /// Waits until the double completes a full-sync pass after now.
 async fn after_next_full_sync(driver: &CsiDriverDouble) {
     let n = driver.full_syncs();
