@@ -160,8 +160,9 @@ pub fn with_config_warnings(mut tls: Check, warnings: &[String]) -> Check {
     tls
 }
 
-/// The informational version line: API version and build, and the create path and
-/// protection that apply (docs/design.md §8.5).
+/// The informational version line: API version and build, the create path and
+/// protection that apply (docs/design.md §8.5), and whether volmig may hand the driver
+/// syncer's Lease over on this release (§8.7).
 pub fn version_check(version: &VcenterVersion) -> Check {
     let create = if version.registers_disk_first() {
         "RegisterDisk, then CnsCreateVolume with backingDiskId"
@@ -173,10 +174,17 @@ pub fn version_check(version: &VcenterVersion) -> Check {
     } else {
         "protection by the VSLM keepAfterDeleteVm flag"
     };
-    Check::pass(
-        VERSION,
-        format!("{version}; creates with {create}; {protection}"),
-    )
+    let mut detail = format!("{version}; creates with {create}; {protection}");
+    if !version.refuses_re_registration() {
+        // docs/design.md §8.7: every term of the driver's syncer starts cold and registers
+        // what its cache has not listed; below 7.0 U1 each such call is a second volume.
+        detail.push_str(
+            "; below 7.0 Update 1 CNS registers a disk a second time as a second volume, so \
+             volmig never hands the CSI driver's syncer Lease over (--hold-driver-syncer holds \
+             it for good)",
+        );
+    }
+    Check::pass(VERSION, detail)
 }
 
 /// The CNS line from one read-only `CnsQueryVolume`.

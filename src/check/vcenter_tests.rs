@@ -170,3 +170,20 @@ fn configuration_warnings_turn_a_passed_tls_line_into_a_warning() {
     assert!(!failed.ok && !failed.warning);
     assert_eq!(failed.fix, "y");
 }
+
+#[test]
+fn the_version_line_says_when_volmig_keeps_the_syncer_lease() {
+    let keeps = "never hands the CSI driver's syncer Lease over";
+    for old in [("7.0.0", "7.0.0.0"), ("6.7.0", "6.7.3")] {
+        let check = version_check(&VcenterVersion::from_strings(old.0, old.1));
+        assert!(check.detail.contains(keeps), "{old:?}: {}", check.detail);
+    }
+    for modern in [("7.0.3", "7.0.3.0"), ("8.0.3", "8.0.3.0")] {
+        let check = version_check(&VcenterVersion::from_strings(modern.0, modern.1));
+        assert!(
+            !check.detail.contains(keeps),
+            "{modern:?}: {}",
+            check.detail
+        );
+    }
+}
