@@ -4,7 +4,7 @@
 //!
 //! Pure: no I/O. [`super::fetch`] reads the inputs, [`super::render`] prints the result.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -26,6 +26,9 @@ pub mod reason {
     pub const DUPLICATE_VOLUMES: &str = "DuplicateVolumes";
     /// Not Registered and no error recorded: volmig is still working on it.
     pub const NOT_REGISTERED_YET: &str = "NotRegisteredYet";
+    /// Published, but only pods spell the path so and no object named by the volume ID
+    /// carries it: the driver's stale clean-up deletes it every cycle (docs/design.md §8.1).
+    pub const CLEANED_UP_BY_DRIVER: &str = "CleanedUpByDriver";
 }
 
 /// `--require-driver-cache`: must every Registered path also be published to the driver?
@@ -248,6 +251,12 @@ pub fn action(reason: &str) -> &'static str {
              the mapping: see DuplicateVolumes under \"Troubleshooting\" in docs/operations.md \
              before touching any of them (never unregister one by hand)"
         }
+        reason::CLEANED_UP_BY_DRIVER => {
+            "only pods spell the path this way and the driver's object named by the volume ID \
+             carries another spelling, so the driver's stale clean-up (every 120 min) deletes \
+             this spelling's object and volmig writes it again: pods starting in between miss \
+             the driver's cache. Spell the path in the pods as a PV does, or give the pod a PV"
+        }
         reason::NOT_PUBLISHED => {
             "the vSphere CSI driver's cache object (CnsVSphereVolumeMigration) is missing: \
              volmig publishes it once the path is Registered; check that volmig runs with \
@@ -305,6 +314,7 @@ pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
         .filter_map(|vm| vm.metadata.name.as_deref().map(|name| (name, vm)))
         .collect();
     let context = Context {
+        pv_spellings: inputs.pvs.iter().map(|p| p.volume_path.as_str()).collect(),
         served,
         required,
         driver_by_path,
@@ -377,6 +387,8 @@ pub fn build(inputs: &Inputs, requirement: DriverCacheRequirement) -> Report {
 }
 
 struct Context<'a> {
+    /// Raw paths some PV (not a pod) spells: the driver's clean-up keeps their objects.
+    pv_spellings: HashSet<&'a str>,
     served: Option<bool>,
     required: bool,
     driver_by_path: HashMap<&'a str, Vec<&'a DriverObject>>,
@@ -458,8 +470,27 @@ impl Context<'_> {
         } else if !duplicates.is_empty() {
             row.reason = Some(reason::DUPLICATE_VOLUMES.into());
             row.message = format!("other CNS volumes for this disk: {}", duplicates.join(", "));
+        } else if let (Some(true), Some(id)) = (published, &status.volume_id)
+            && !self.survives_cleanup(&pv.volume_path, id)
+        {
+            row.reason = Some(reason::CLEANED_UP_BY_DRIVER.into());
+            row.message = format!(
+                "no PV spells {:?} and no object named {id} carries it: the driver's stale \
+                 clean-up deletes its object every cycle",
+                pv.volume_path
+            );
         }
         row
+    }
+
+    /// Whether the driver's stale clean-up (`cleanupStaleCRDInstances`) keeps the object of
+    /// spelling `raw`: a PV spells it, or an object named by the volume ID carries it.
+    fn survives_cleanup(&self, raw: &str, id: &str) -> bool {
+        self.pv_spellings.contains(raw)
+            || self
+                .driver_by_path
+                .get(raw)
+                .is_some_and(|objects| objects.iter().any(|o| o.name == id))
     }
 
     fn published(&self, raw: &str, id: &str) -> bool {

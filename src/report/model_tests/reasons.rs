@@ -425,3 +425,41 @@ fn inline_pod_volumes_are_rows_that_count_in_the_verdict() {
         Some("forbidden")
     );
 }
+
+/// docs/design.md §8.1: the driver's stale clean-up keeps an object only when its name is a
+/// volume ID or a PV spells its path. A pod-only spelling on any other object is deleted
+/// every cycle: the report says so, without holding up the verdict (it is published now).
+#[test]
+fn a_pod_only_spelling_the_drivers_clean_up_deletes_is_named() {
+    let alias = "[/DC0/datastore/LocalDS_0] kubevols//disk-1.vmdk";
+    let on_id = |carrier: &str| Inputs {
+        pvs: vec![pv("pv-a", P1)],
+        other_pvs: 0,
+        migrations: vec![vm(P1, registered("id-1"))],
+        driver: DriverCache::Served(vec![
+            object(carrier, alias, "id-1"),
+            object("id-1-9d5e1c2a", P1, "id-1"),
+        ]),
+        inline: InlineVolumes::Read(vec![pv("pod/apps/web-0/data", alias)]),
+    };
+    let kept = build(&on_id("id-1"), DriverCacheRequirement::Auto);
+    assert!(kept.ready);
+    assert!(kept.rows.iter().all(|r| r.reason.is_none()), "{kept:?}");
+
+    let deleted = build(&on_id("id-1-15032eb6"), DriverCacheRequirement::Auto);
+    let row = deleted
+        .rows
+        .iter()
+        .find(|r| r.pv == "pod/apps/web-0/data")
+        .expect("the pod's row");
+    assert_eq!(row.reason.as_deref(), Some(reason::CLEANED_UP_BY_DRIVER));
+    assert!(row.ready, "published now");
+    let pv_row = deleted.rows.iter().find(|r| r.pv == "pv-a").expect("pv-a");
+    assert_eq!(pv_row.reason, None, "a PV spells P1: its object is kept");
+    assert!(
+        deleted
+            .advice
+            .iter()
+            .any(|a| a.reason == reason::CLEANED_UP_BY_DRIVER && a.blocking == 0)
+    );
+}
