@@ -50,6 +50,28 @@ pub async fn publish(
         return Ok(0);
     }
     let plan = publish_plan(&driver.index, &ctx.index, path, id, protected);
+    let creates = plan
+        .changes
+        .iter()
+        .any(|c| matches!(c, DriverChange::Create(..)));
+    // An ID the driver's cache does not hold yet is confirmed in CNS first: a status
+    // restored from a backup or edited by hand may hold a dead ID or another disk's
+    // (docs/design.md §8.1). Full sync repairs such a status.
+    if creates {
+        match ctx.registrar.confirm(path, id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!(%path, volume_id = %id,
+                    "not publishing: CNS has no volume with this ID for this disk (a restored or hand-edited status; full sync repairs it)");
+                return Ok(0);
+            }
+            Err(e) => {
+                warn!(%path, volume_id = %id, error = %crate::error_chain(&e),
+                    "not publishing until CNS confirms the volume ID");
+                return Ok(0);
+            }
+        }
+    }
     for conflict in &plan.conflicts {
         warn!(%path, volume_id = %id, spelling = %conflict.spelling, object = %conflict.name,
             other_volume_id = %conflict.volume_id,

@@ -30,6 +30,7 @@ use crate::syncer_lease::{NotRegistrar, RegistrarModeGate};
 use crate::volume_migration::Phase;
 use crate::volume_path::VolumePath;
 
+mod confirm;
 mod create;
 mod error;
 mod failure;

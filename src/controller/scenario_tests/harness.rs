@@ -220,6 +220,13 @@ pub(super) async fn registered_volume(backend: &InMemoryBackend, raw: &str) -> V
         .unwrap()
 }
 
+/// [`registered_volume`] under the ID `id` (the scenario's status names it): CNS confirms
+/// it before it is first published (docs/design.md §8.1).
+pub(super) async fn live_volume(backend: &InMemoryBackend, raw: &str, id: &str) {
+    let made = registered_volume(backend, raw).await;
+    backend.rename_volume(&made, &VolumeId::from(id));
+}
+
 pub(super) fn backend_calls(backend: &InMemoryBackend) -> Vec<(&'static str, u64)> {
     [
         op::DISK_UUID,

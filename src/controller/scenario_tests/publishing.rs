@@ -18,6 +18,7 @@ async fn published_once_kept_while_no_pv_spells_it_removed_with_the_registration
     let mut f = fixture_publishing(&[("pv-a", PATH_A)], Arc::clone(&index));
     let a = path(PATH_A);
     let id = VolumeId::from("vol-a");
+    live_volume(&f.backend, PATH_A, "vol-a").await;
 
     let task = tokio::spawn({
         let (ctx, a, id) = (Arc::clone(&f.ctx), a.clone(), id.clone());

@@ -186,6 +186,9 @@ async fn table(write: Write, rows: Vec<(Answer, End)>) {
     let label = write.label();
     for (answer, want) in rows {
         let (mut f, vm) = write.setup();
+        if matches!(write, Write::Publish) {
+            live_volume(&f.backend, PATH_A, "vol-a").await;
+        }
         let mut stored = Stored::new(&vm);
         let task = f.reconcile(&vm);
         let call = write.reach(&mut f, &mut stored).await;

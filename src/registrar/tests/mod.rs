@@ -455,6 +455,7 @@ async fn adoption_among_duplicates_keeps_the_oldest_even_when_cns_reports_no_tim
     );
 }
 
+mod confirm;
 mod csi_users;
 mod fencing;
 mod first_look;
