@@ -38,12 +38,17 @@ struct Crate {
 }
 
 fn load(root: &Path) -> Crate {
+    load_from(root, "src/lib.rs")
+}
+
+/// The crate whose root file is `root`/`entry` (`src/lib.rs`, or a binary's `src/main.rs`).
+fn load_from(root: &Path, entry: &str) -> Crate {
     let mut krate = Crate {
         root: root.to_owned(),
         files: Vec::new(),
         modules: BTreeMap::new(),
     };
-    let mut queue = vec![(root.join("src/lib.rs"), Module::new(), true)];
+    let mut queue = vec![(root.join(entry), Module::new(), true)];
     while let Some((file, module, mod_rs)) = queue.pop() {
         let src = fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("{} is declared but unreadable: {e}", file.display()));
@@ -316,6 +321,21 @@ fn comments_and_strings_are_not_references() {
     assert_eq!(units(&m(&["a", "b"]), &m(&["a"])), None);
     let joined = units(&m(&["a", "b", "x"]), &m(&["a", "c"]));
     assert_eq!(joined, Some((m(&["a", "b"]), m(&["a", "c"]))));
+}
+
+#[test]
+fn the_benchmarks_have_no_import_cycle_either() {
+    let bench = load_from(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"),
+        "src/main.rs",
+    );
+    assert!(
+        bench.files.len() > 10,
+        "the bench crate's modules were found: {}",
+        bench.files.len()
+    );
+    let found = cycles(&bench);
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
 #[test]

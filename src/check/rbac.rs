@@ -7,8 +7,7 @@
 use super::model::Check;
 use super::subject::Subject;
 
-/// Name of the RBAC lines.
-pub const RBAC: &str = "RBAC";
+pub use super::subject::RBAC;
 
 /// One permission: a verb on a resource, cluster-wide or in a namespace, optionally on one
 /// named object, and the chart role that grants it.

@@ -5,7 +5,9 @@
 use crate::cli::ServiceAccountRef;
 
 use super::model::Check;
-use super::rbac::RBAC;
+
+/// Name of the RBAC lines.
+pub const RBAC: &str = "RBAC";
 
 /// The identity the RBAC lines are about, and how it is reviewed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -91,11 +91,16 @@ pub struct TakePolicy {
     pub grace: Duration,
 }
 
+/// [`TakePolicy::grace`] when none is given: the registrar's default in-flight grace (the
+/// default request timeout plus task timeout, docs/design.md §4.10). The daemon always
+/// passes its effective grace.
+pub const DEFAULT_TAKE_GRACE: Duration = Duration::from_secs(660);
+
 impl Default for TakePolicy {
     fn default() -> Self {
         Self {
             hold: false,
-            grace: crate::registrar::DEFAULT_IN_FLIGHT_GRACE,
+            grace: DEFAULT_TAKE_GRACE,
         }
     }
 }

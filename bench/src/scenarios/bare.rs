@@ -21,7 +21,7 @@ use volmig::backend::{CreateVolumeRequest, SendFence, VolumeBackend, list_all_vo
 use volmig::metrics::Metrics;
 use volmig::registrar::{CallGate, Lane, LeaderGate};
 
-use super::throughput::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
+use super::backend_metrics::{VC_REQUESTS_PER_SECOND, backend_call_ms_from};
 use super::{CpuClock, quiet};
 use crate::cluster;
 use crate::results::Load;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::scale::Scale;
 
+pub mod backend_metrics;
 pub mod bare;
 pub mod in_process;
 pub mod quiet;

@@ -211,7 +211,7 @@ pub async fn run(env: &Env) -> anyhow::Result<SteadyPass> {
         )
         .await?;
     let register_seconds = started.elapsed().as_secs_f64();
-    let setup_ms = super::throughput::backend_call_ms(&first).await;
+    let setup_ms = super::backend_metrics::backend_call_ms(&first).await;
     progress(format!(
         "steady: {n} volumes registered in {register_seconds:.1} s (C = 32, no injected \
          latency); mean backend calls (ms): {setup_ms:?}"

@@ -12,16 +12,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use kube_testserver::Verb;
 
+use super::backend_metrics::{
+    VC_REQUESTS_PER_SECOND, backend_call_ms_from, registration_stage_seconds,
+};
 use super::{CpuClock, Env, POLL, bare, progress, quiet};
 use crate::cluster::{self, Cluster, daemon_writes};
-use crate::daemon::{Daemon, VCenter, metric_by_label};
+use crate::daemon::{Daemon, VCenter};
 use crate::goals::paired_ratios;
 use crate::results::{ApiCost, BareClient, Load, PairedRun, Summary, Throughput, median_counts};
 use crate::sim::{Sim, SimOptions};
-
-/// `--vc-requests-per-second` of the throughput runs (and of the bare client's gate): far
-/// above what any configuration reaches, so that only the C slots limit.
-pub const VC_REQUESTS_PER_SECOND: f64 = 10_000.0;
 
 /// What one run measured.
 struct Run {
@@ -300,48 +299,6 @@ fn bare_client(runs: &[bare::BareRun], n: usize, ideal: f64) -> BareClient {
             &runs.iter().map(|r| r.cpu_ms.clone()).collect::<Vec<_>>(),
         ),
     }
-}
-
-/// Mean duration of each backend operation so far, ms, from the daemon's histogram.
-pub async fn backend_call_ms(daemon: &Daemon) -> BTreeMap<String, f64> {
-    let metrics = daemon
-        .get("/metrics")
-        .await
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    backend_call_ms_from(&metrics)
-}
-
-/// Mean duration of each backend operation, ms, from a metrics exposition.
-pub fn backend_call_ms_from(metrics: &str) -> BTreeMap<String, f64> {
-    means_by_label(
-        metrics,
-        "volmig_backend_request_duration_seconds",
-        "operation",
-    )
-    .into_iter()
-    .map(|(op, seconds)| (op, seconds * 1000.0))
-    .collect()
-}
-
-/// Mean seconds per registration inside the registrar by stage, from a metrics
-/// exposition (`volmig_registration_stage_seconds`; every registration observes every
-/// stage once).
-pub fn registration_stage_seconds(metrics: &str) -> BTreeMap<String, f64> {
-    means_by_label(metrics, "volmig_registration_stage_seconds", "stage")
-}
-
-/// `_sum ÷ _count` of histogram `name` by the value of `label` (series with no
-/// observation left out).
-fn means_by_label(metrics: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
-    let sums = metric_by_label(metrics, &format!("{name}_sum"), label);
-    let counts = metric_by_label(metrics, &format!("{name}_count"), label);
-    sums.iter()
-        .filter_map(|(key, sum)| {
-            let n = counts.get(key).copied().filter(|n| *n > 0.0)?;
-            Some((key.clone(), sum / n))
-        })
-        .collect()
 }
 
 async fn one(env: &Env, latency: u64, c: u16, n: usize, r: usize) -> anyhow::Result<Run> {

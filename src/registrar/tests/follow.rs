@@ -213,3 +213,11 @@ async fn a_driver_cache_id_of_another_disk_is_never_adopted() {
         vec![backend.volumes_for(&q)[0].clone()]
     );
 }
+
+#[test]
+fn the_syncer_lease_waits_the_registrars_default_grace() {
+    assert_eq!(
+        crate::syncer_lease::DEFAULT_TAKE_GRACE,
+        crate::registrar::DEFAULT_IN_FLIGHT_GRACE
+    );
+}
