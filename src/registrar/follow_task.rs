@@ -3,7 +3,7 @@
 //! task is queued or running, however long it runs.
 
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{HeldSlot, Lane, RegisterError, Registrar, StoredState};
 use crate::backend::{TaskState, VolumeId};
@@ -23,6 +23,36 @@ impl Registrar {
             .filter(|s| s.marker.as_deref() == Some(token))
             .and_then(|s| s.task.clone())
             .or_else(|| self.in_flight.task(path, token))
+    }
+
+    /// `id`, the result of `task` followed for `path`, when CNS shows it to be this vmdk's
+    /// volume: its backing path, or no backing path and volmig's name of the path. A
+    /// hand-made or stale `registeringTask` may name another disk's create: its volume is
+    /// reported and `None` returned, and the look goes on (docs/design.md §4.4).
+    pub(super) async fn proven_result(
+        &self,
+        path: &VolumePath,
+        task: &str,
+        id: VolumeId,
+        held: &mut HeldSlot,
+    ) -> Result<Option<VolumeId>, RegisterError> {
+        let live = self
+            .call_held(path, held, Lane::Started, || {
+                self.backend.volumes_by_id(std::slice::from_ref(&id))
+            })
+            .await?;
+        let proven = live.iter().any(|v| {
+            v.id == id
+                && match &v.backing_path {
+                    Some(backing) => backing == path,
+                    None => v.name == path.cns_volume_name(),
+                }
+        });
+        if !proven {
+            warn!(%path, %task, volume_id = %id,
+                "not adopting the result of the marker's task: CNS does not show it to be this disk's volume");
+        }
+        Ok(proven.then_some(id))
     }
 
     /// Follows `task`, the create of the marker `token`, under the slot in `held` (freed

@@ -254,6 +254,7 @@ impl Registrar {
         // A create whose task is known is followed to its end first (docs/design.md §4.4).
         if let Some(task) = self.marker_task(path, state, token)
             && let Some(id) = self.follow_task(path, token, &task, held).await?
+            && let Some(id) = self.proven_result(path, &task, id, held).await?
         {
             return self
                 .adopt(path, id, disk_uuid, attempts, version, held)

@@ -37,6 +37,7 @@ impl Registrar {
         };
         if let Some(task) = self.marker_task(path, &state, &token)
             && let Some(id) = self.follow_task(path, &token, &task, &mut held).await?
+            && let Some(id) = self.proven_result(path, &task, id, &mut held).await?
         {
             self.record_id(path, adopt(id), attempts, version, &mut held)
                 .await?;

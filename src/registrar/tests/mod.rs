@@ -466,6 +466,7 @@ mod markers;
 mod settle;
 mod slots;
 mod stages;
+mod task_proof;
 mod task_record;
 mod tasks;
 mod unregistration;
