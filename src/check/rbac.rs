@@ -120,6 +120,16 @@ pub fn required(scope: &Scope) -> Vec<Permission> {
     if scope.inline_pod_volumes {
         add("", "pods", "", read, None, None, CLUSTER_ROLE);
     }
+    // CSI users: the driver's VolumeAttachments keep a migrated volume in use (design §5).
+    add(
+        "storage.k8s.io",
+        "volumeattachments",
+        "",
+        &["list", "watch"],
+        None,
+        None,
+        CLUSTER_ROLE,
+    );
     add(
         "volmig.io",
         "volumemigrations",
@@ -355,6 +365,7 @@ mod tests {
             ..scope()
         });
         assert!(without_pods.iter().all(|p| p.resource != "pods"));
+        assert!(has("volumeattachments", "", "watch", None, None));
         assert!(has("volumemigrations", "", "delete", None, None));
         assert!(has("volumemigrations", "status", "update", None, None));
         assert!(has("cnsvspherevolumemigrations", "", "create", None, None));
@@ -401,7 +412,7 @@ mod tests {
         assert!(!all.iter().any(|p| p.resource == "leases"
             && p.namespace.as_deref() == Some("vmware-system-csi")
             && p.verb == "delete"));
-        assert_eq!(all.len(), 3 + 3 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2 + 3);
+        assert_eq!(all.len(), 3 + 3 + 2 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2 + 3);
     }
 
     #[test]
