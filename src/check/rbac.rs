@@ -412,7 +412,10 @@ mod tests {
         assert!(!all.iter().any(|p| p.resource == "leases"
             && p.namespace.as_deref() == Some("vmware-system-csi")
             && p.verb == "delete"));
-        assert_eq!(all.len(), 3 + 3 + 2 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2 + 3);
+        assert_eq!(
+            all.len(),
+            3 + 3 + 2 + 7 + 3 + 6 + 1 + 4 + 1 + 3 + 2 + 3 + 2 + 3
+        );
     }
 
     #[test]
