@@ -45,7 +45,8 @@ pub struct Volume {
 }
 
 impl Cluster {
-    /// Starts a server, installs the VolumeMigration CRD and the `kube-system` namespace.
+    /// Starts a server, installs the VolumeMigration CRD and the `kube-system` and
+    /// `vmware-system-csi` namespaces.
     pub async fn start() -> anyhow::Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix("volmig-bench-kube-")
@@ -77,14 +78,19 @@ impl Cluster {
         crds.create(&PostParams::default(), &crd)
             .await
             .context("installing the VolumeMigration CRD")?;
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-system"}}))?;
+        // kube-system for volmig's Lease; the CSI driver's namespace for the driver
+        // syncer's Lease, which volmig holds itself before it registers (no driver here).
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        match namespaces.create(&PostParams::default(), &ns).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e).context("creating namespace kube-system"),
+        for name in ["kube-system", "vmware-system-csi"] {
+            let ns: Namespace =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+            match namespaces.create(&PostParams::default(), &ns).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e).with_context(|| format!("creating namespace {name}")),
+            }
         }
+        Ok(())
     }
 
     /// Installs the vSphere CSI driver's `CnsVSphereVolumeMigration` CRD, as a cluster
