@@ -23,7 +23,7 @@ use crate::daemon::cluster_id;
 
 use crate::cli::{CheckArgs, RunArgs};
 use crate::report::Format;
-use crate::report::registrar::{decide as decide_registrar, with_deployment};
+use crate::report::registrar::{decide as decide_registrar, with_deployment, with_hold_flag};
 
 pub use model::{Check, CheckReport};
 
@@ -113,9 +113,12 @@ pub async fn run(check_args: &CheckArgs) -> CheckReport {
     let syncer = args.driver.syncer_lease();
     let lease = crate::report::fetch::read_syncer_lease(client.clone(), &syncer).await;
     let presence = crate::report::fetch::read_driver_presence(client.clone(), &syncer).await;
-    checks.push(cluster::syncer_check(&with_deployment(
-        decide_registrar(&syncer, &lease, jiff::Timestamp::now()),
-        presence,
+    checks.push(cluster::syncer_check(&with_hold_flag(
+        with_deployment(
+            decide_registrar(&syncer, &lease, jiff::Timestamp::now()),
+            presence,
+        ),
+        args.hold_driver_syncer,
     )));
     let scope = rbac::Scope {
         lease_namespace: args.lease_namespace.clone(),

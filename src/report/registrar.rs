@@ -264,6 +264,25 @@ pub fn with_deployment(mut registrar: Registrar, presence: Option<DriverPresence
     registrar
 }
 
+/// The registrar once it is known whether volmig runs with `--hold-driver-syncer`
+/// (`volmig check` knows, the report does not): a Lease volmig holds without that flag is
+/// own mode — held for good, never handed over (docs/design.md §8.7).
+pub fn with_hold_flag(mut registrar: Registrar, hold: bool) -> Registrar {
+    if registrar.mode == Mode::Hold && !hold {
+        registrar.mode = Mode::Own;
+        if let Some((held, _)) = registrar
+            .why
+            .split_once(": the driver's syncer cannot lead")
+        {
+            registrar.why = format!(
+                "{held}: the driver's syncer cannot lead; no driver is deployed, so volmig \
+                 holds it for good and registers"
+            );
+        }
+    }
+    registrar
+}
+
 /// `2026-12-07T01:02:03Z`: UTC, fractions of a second left out.
 fn whole_seconds(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()

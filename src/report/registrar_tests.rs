@@ -339,3 +339,19 @@ fn the_lease_spec_fields_are_taken_as_read() {
         "2026-12-07T01:02:03.25Z"
     );
 }
+
+#[test]
+fn volmigs_hold_without_the_hold_flag_is_own_mode() {
+    let read = held("volmig/replica-0", Some(RENEWED), Some(690));
+    let held = decide(&config(), &read, after(1));
+    assert_eq!(with_hold_flag(held.clone(), true), held);
+    let own = with_hold_flag(held, false);
+    assert_eq!(own.mode, Mode::Own);
+    assert!(own.why.contains("holds it for good"), "{}", own.why);
+    let follow = decide(&config(), &held_by_driver_for_test(), after(1));
+    assert_eq!(with_hold_flag(follow.clone(), false), follow);
+}
+
+fn held_by_driver_for_test() -> SyncerLeaseRead {
+    held("vsphere-csi-controller-x", Some(RENEWED), Some(30))
+}
