@@ -43,6 +43,7 @@ mod memory_store;
 mod operations;
 mod pressure;
 mod protection;
+mod record_id;
 mod settle;
 mod slots;
 mod stages;

@@ -17,8 +17,10 @@
 //! - [`registrar`]: who registers, from the Lease as read and the wall clock; pure.
 //! - [`render`]: table, JSON, CSV; pure.
 
+mod advice;
 pub mod fetch;
 pub mod model;
+pub mod reason;
 pub mod registrar;
 pub mod render;
 
