@@ -170,6 +170,19 @@ async fn held_inline_pod_volumes_are_registered_and_published_before_the_driver_
         &["--hold-driver-syncer", "--full-sync-interval", "2s"],
     );
     daemon.wait_ready().await;
+    // The driver is installed once volmig holds its syncer's Lease (the runbook's order);
+    // started together, either may take the free Lease first.
+    wait_for(
+        Duration::from_secs(30),
+        "volmig holds the Lease",
+        || async {
+            daemon
+                .metric("volmig_registrar_mode{mode=\"hold\"}")
+                .await
+                .filter(|v| *v == 1.0)
+        },
+    )
+    .await;
     let driver = CsiDriverDouble::start(&cluster, &sim, DriverOptions::default()).await;
     wait_for(
         Duration::from_secs(90),
